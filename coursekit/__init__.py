@@ -1,0 +1,1 @@
+"""Tooling of the Rust-for-PyTorch-developers course kit."""

@@ -1,0 +1,181 @@
+"""The evcxr_jupyter kernel that runs the Rust cells of a `rust-pytorch` kernel.
+
+It runs as a child process in its own process group, driven by a blocking client from
+one worker thread. The child dies with its parent (PR_SET_PDEATHSIG), and shutdown kills
+its whole process group, so no evcxr, cargo or rustc process outlives the kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"}
+STRAGGLER_GRACE_S = 0.03  # evcxr relays stdout lines from another thread: wait for late ones
+INTERRUPT_GRACE_S = 1.5  # after this, an interrupt that evcxr did not honour restarts it
+STARTUP_TIMEOUT_S = 120
+
+
+class ChildRestarted(Exception):
+    """The evcxr child was restarted during a cell: all Rust variables are gone."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _die_with_parent():  # runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def kernels_dir() -> str:
+    return os.path.join(sys.prefix, "share", "jupyter", "kernels")
+
+
+class _EvcxrSpec(KernelSpecManager):
+    """evcxr_jupyter (COURSEKIT_EVCXR), in a warm build directory, with this kernel's env."""
+
+    def get_kernel_spec(self, kernel_name, **kwargs):
+        evcxr = os.environ.get("COURSEKIT_EVCXR", "evcxr_jupyter")
+        argv = [sys.executable, "-m", "coursekit.slots", "--", evcxr, "--control_file", "{connection_file}"]
+        return KernelSpec(argv=argv, language="rust", display_name="evcxr", interrupt_mode="message",
+                          resource_dir=kernels_dir())
+
+
+class EvcxrChild:
+    def __init__(self, log):
+        self.log = log
+        # One long-lived thread: PR_SET_PDEATHSIG fires when the *thread* that forked dies.
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="evcxr")
+        self._km: KernelManager | None = None
+        self._kc = None
+        self._interrupted_at: float | None = None
+        self.ready = self._worker.submit(self._start)
+
+    # -- running work on the worker thread -------------------------------------------
+    def submit(self, fn, *args):
+        return self._worker.submit(self._when_ready, fn, *args)
+
+    def _when_ready(self, fn, *args):
+        self.ready.result()
+        return fn(*args)
+
+    # -- life cycle (worker thread) ---------------------------------------------------
+    def _start(self):
+        self._km = KernelManager(kernel_name="evcxr", kernel_spec_manager=_EvcxrSpec())
+        self.stderr_log = tempfile.NamedTemporaryFile(prefix="coursekit-evcxr-", suffix=".log")
+        self._km.start_kernel(preexec_fn=_die_with_parent, stdout=self.stderr_log, stderr=self.stderr_log)
+        try:
+            self._connect()
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; evcxr said: {self.stderr_tail()}") from None
+
+    def stderr_tail(self, n: int = 2000) -> str:
+        """The end of what evcxr wrote to stderr (its own errors, cargo's progress)."""
+        with open(self.stderr_log.name, errors="replace") as f:
+            return f.read()[-n:].strip()
+
+    def _connect(self):
+        self._kc = self._km.client()
+        self._kc.start_channels()
+        self._kc.wait_for_ready(timeout=STARTUP_TIMEOUT_S)
+
+    def _restart(self):
+        self._kc.stop_channels()
+        self._km.restart_kernel(now=True)
+        self._connect()
+
+    def shutdown(self):
+        """Kill evcxr and everything it started (its process group); from any thread."""
+        self._worker.shutdown(wait=False, cancel_futures=True)
+        km = self._km
+        if km is None:
+            return
+        pgid = km.provisioner.pgid if km.provisioner else None
+        if self._kc is not None:
+            self._kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        if pgid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    # -- requests (worker thread) -----------------------------------------------------
+    def request(self, msg_type: str, content: dict, timeout: float = 30) -> dict:
+        """Send a shell request (complete, inspect) and return the reply's content."""
+        msg = self._kc.session.msg(msg_type, content)
+        self._kc.shell_channel.send(msg)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                reply = self._kc.get_shell_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                return reply["content"]
+        raise TimeoutError(f"evcxr did not answer a {msg_type} in {timeout} s")
+
+    def execute(self, code: str, emit, silent: bool = False) -> dict:
+        """Run `code`, pass each output message to `emit(msg_type, content)` in order and
+        return the execute_reply content. Raises ChildRestarted when evcxr died or an
+        interrupt had to restart it."""
+        kc = self._kc
+        self._interrupted_at = None
+        msg_id = kc.execute(code, silent=silent, store_history=not silent, stop_on_error=False)
+        reply = None
+        idle_at = None
+        while True:
+            if reply is None:
+                try:
+                    msg = kc.get_shell_msg(timeout=0)
+                    if msg["parent_header"].get("msg_id") == msg_id:
+                        reply = msg["content"]
+                except queue.Empty:
+                    pass
+            try:
+                msg = kc.get_iopub_msg(timeout=0.01)
+            except queue.Empty:
+                msg = None
+                if reply is not None and idle_at and time.monotonic() - idle_at > STRAGGLER_GRACE_S:
+                    return reply
+                self._check_alive()
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            msg_type = msg["msg_type"]
+            if msg_type == "status" and msg["content"]["execution_state"] == "idle":
+                idle_at = time.monotonic()
+            elif msg_type in OUTPUT_TYPES:
+                emit(msg_type, msg["content"])
+
+    def _check_alive(self):
+        if not self._km.is_alive():
+            self.log.warning("evcxr stopped; restarting it")
+            self._restart()
+            raise ChildRestarted("crash")
+        t = self._interrupted_at
+        if t is not None and time.monotonic() - t > INTERRUPT_GRACE_S:
+            self.log.warning("evcxr ignored an interrupt; restarting it")
+            self._restart()
+            raise ChildRestarted("interrupt")
+
+    # -- from the kernel's main thread -------------------------------------------------
+    def interrupt(self):
+        """Ask evcxr to stop the running cell (it kills its runner process)."""
+        if self._km is None or not self.ready.done():
+            return
+        self._interrupted_at = time.monotonic()
+        # KernelManager's sync API starts its own event loop: keep it off the kernel's loop.
+        threading.Thread(target=self._km.interrupt_kernel, daemon=True).start()

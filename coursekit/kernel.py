@@ -1,0 +1,192 @@
+"""The `rust-pytorch` kernel: Rust cells run in evcxr, `%%python` cells in this IPython.
+
+Start it with `python -m coursekit.kernel -f CONNECTION_FILE` (its kernelspec does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelapp import IPKernelApp
+
+from . import values
+from .evcxr_child import ChildRestarted, EvcxrChild
+from .outputs import LOST, CellOutputs
+
+PYTHON_MAGIC = "%%python"
+
+
+def split_python(code: str) -> str | None:
+    """The Python body of a `%%python` cell, or None for a Rust cell."""
+    first, _, body = code.lstrip("\n").partition("\n")
+    return body if first.strip() == PYTHON_MAGIC else None
+
+
+def _rustc_version() -> str:
+    try:
+        out = subprocess.run(["rustc", "--version"], capture_output=True, text=True, timeout=10).stdout
+        return out.split()[1]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return ""
+
+
+class RustPyTorchKernel(IPythonKernel):
+    implementation = "coursekit-rust-pytorch"
+    implementation_version = "1.0"
+    banner = "Rust (evcxr) cells, with %%python cells for the PyTorch reference code"
+    language_info = {
+        "name": "Rust",
+        "version": _rustc_version(),
+        "mimetype": "text/rust",
+        "file_extension": ".rs",
+        "pygments_lexer": "rust",
+        "codemirror_mode": "rust",
+    }
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.rust = EvcxrChild(self.log)
+        self._pending_bindings: list[str] = []
+        self.shell.user_ns["rust"] = values.SharedValues()
+        self.shell.user_ns["to_rust"] = self._to_rust
+
+    # -- Python -> Rust ---------------------------------------------------------------
+    def _to_rust(self, name: str, value) -> None:
+        """Bind `name` in the Rust session to `value` once this %%python cell is done."""
+        self._pending_bindings.append(values.rust_binding(name, value))
+
+    # -- execution ----------------------------------------------------------------------
+    async def do_execute(self, code, silent, store_history=True, user_expressions=None,
+                         allow_stdin=False, *, cell_meta=None, cell_id=None):
+        body = split_python(code)
+        if body is None:
+            return await self._execute_rust(code, silent, store_history)
+        self._pending_bindings.clear()
+        reply = await super().do_execute(body, silent, store_history, user_expressions,
+                                         allow_stdin, cell_meta=cell_meta, cell_id=cell_id)
+        if reply["status"] == "ok" and self._pending_bindings:
+            bindings, self._pending_bindings = "\n".join(self._pending_bindings), []
+            error = await self._run_rust(bindings, silent=True)
+            if error:
+                return self._fail(error, reply["execution_count"])
+        return reply
+
+    async def _execute_rust(self, code, silent, store_history):
+        count = self.shell.execution_count
+        if store_history and not silent:
+            self.shell.execution_count += 1
+        error = await self._run_rust(code, silent)
+        if error:
+            return self._fail(error, count)
+        return {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
+
+    async def _run_rust(self, code: str, silent: bool) -> dict | None:
+        """Run Rust code in evcxr, publishing its outputs; return the error it ended with."""
+        parent = self.get_parent("shell")
+        outputs = CellOutputs()
+        count = self.shell.execution_count - 1
+
+        def emit(msg_type, content):
+            for out_type, out in outputs.translate(msg_type, content):
+                if out_type == "execute_result":
+                    out = dict(out, execution_count=count)
+                if not silent or out_type == "stream" and out["name"] == "stderr":
+                    self.session.send(self.iopub_socket, out_type, out, parent=parent,
+                                      ident=self._topic(out_type))
+
+        interrupted = False
+
+        def on_interrupt():
+            nonlocal interrupted
+            interrupted = True
+            self.rust.interrupt()
+
+        try:
+            with self._on_sigint(on_interrupt):
+                reply = await asyncio.wrap_future(self.rust.submit(self.rust.execute, code, emit, silent))
+        except ChildRestarted as restarted:
+            if restarted.reason == "interrupt" or interrupted:
+                return {"ename": "KeyboardInterrupt", "evalue": "interrupted: " + LOST,
+                        "traceback": ["KeyboardInterrupt: interrupted: " + LOST]}
+            return {"ename": "EvcxrCrash", "evalue": "evcxr stopped and was restarted: " + LOST,
+                    "traceback": ["EvcxrCrash: evcxr stopped and was restarted: " + LOST]}
+        except Exception as exc:  # evcxr could not start: say why, keep the kernel alive
+            return {"ename": type(exc).__name__, "evalue": f"the Rust kernel is unavailable: {exc}",
+                    "traceback": [f"Rust kernel unavailable: {exc!r}. Run `coursekit doctor`."]}
+        for name, text in outputs.shared.items():
+            try:
+                self.shell.user_ns["rust"][name] = values.parse_debug(text)
+            except ValueError as exc:
+                self.log.warning("shared value %s not understood: %s", name, exc)
+                self.shell.user_ns["rust"][name] = text
+        return outputs.outcome(reply.get("status", "ok"), interrupted)
+
+    def _fail(self, error: dict, count: int) -> dict:
+        self.session.send(self.iopub_socket, "error", error, parent=self.get_parent("shell"),
+                          ident=self._topic("error"))
+        return {"status": "error", "execution_count": count, **error}
+
+    @contextmanager
+    def _on_sigint(self, callback):
+        """Route SIGINT (Jupyter's interrupt) to `callback` while a Rust cell runs."""
+        loop = asyncio.get_running_loop()
+        saved = signal.signal(signal.SIGINT, lambda *_: loop.call_soon_threadsafe(callback))
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, saved)
+
+    # -- completion and inspection --------------------------------------------------------
+    async def do_complete(self, code, cursor_pos):
+        body = split_python(code)
+        if body is not None:
+            offset = len(code) - len(body)
+            reply = super().do_complete(body, max(cursor_pos - offset, 0))
+            reply["cursor_start"] += offset
+            reply["cursor_end"] += offset
+            return reply
+        return await self._ask_rust("complete_request", {"code": code, "cursor_pos": cursor_pos})
+
+    async def do_inspect(self, code, cursor_pos, detail_level=0, omit_sections=()):
+        body = split_python(code)
+        if body is not None:
+            offset = len(code) - len(body)
+            return super().do_inspect(body, max(cursor_pos - offset, 0), detail_level, omit_sections)
+        return await self._ask_rust(
+            "inspect_request", {"code": code, "cursor_pos": cursor_pos, "detail_level": detail_level}
+        )
+
+    async def _ask_rust(self, msg_type: str, content: dict) -> dict:
+        try:
+            return await asyncio.wrap_future(self.rust.submit(self.rust.request, msg_type, content))
+        except Exception as exc:
+            self.log.warning("%s failed: %s", msg_type, exc)
+            if msg_type == "complete_request":
+                return {"status": "ok", "matches": [], "cursor_start": content["cursor_pos"],
+                        "cursor_end": content["cursor_pos"], "metadata": {}}
+            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+
+    async def do_is_complete(self, code):
+        if split_python(code) is not None:
+            return super().do_is_complete(split_python(code))
+        return {"status": "complete"}
+
+    # -- shutdown ----------------------------------------------------------------------
+    async def do_shutdown(self, restart):
+        started = time.monotonic()
+        self.rust.shutdown()
+        self.log.info("evcxr stopped in %.2f s", time.monotonic() - started)
+        return super().do_shutdown(restart)
+
+
+def main():
+    IPKernelApp.launch_instance(kernel_class=RustPyTorchKernel)
+
+
+if __name__ == "__main__":
+    main()

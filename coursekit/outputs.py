@@ -1,0 +1,127 @@
+"""Turning what evcxr sends into Jupyter outputs that every tool understands.
+
+- Marker lines the prelude prints on stdout (`\\x1ecoursekit KIND ARG BODY`) become
+  stderr streams, display_data or shared values, in the order the cell printed them.
+- A panic, which evcxr reports only as stderr text with status "ok", becomes an error.
+- evcxr's errors (always ename "Error") get names that say what happened.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MARKER = "\x1ecoursekit "
+_PANIC = re.compile(
+    r"thread '[^']*'(?: \(\d+\))? panicked at [^\n]*:\n(?P<msg>.*?)(?:\nnote: run with `RUST_BACKTRACE|\nstack backtrace:|\Z)",
+    re.S,
+)
+# evcxr forces RUST_BACKTRACE=1 on its runner; the frames of a cell are all <unknown>.
+_BACKTRACE_START = "stack backtrace:\n"
+_BACKTRACE_END = "note: Some details are omitted"
+
+
+def _unescape(body: str) -> str:
+    return re.sub(r"\\([\\nr])", lambda m: {"\\": "\\", "n": "\n", "r": "\r"}[m.group(1)], body)
+
+
+@dataclass
+class CellOutputs:
+    """Accumulates one Rust cell's outputs and what they say about its outcome."""
+
+    shared: dict = field(default_factory=dict)
+    stderr: str = ""
+    errors: list = field(default_factory=list)
+    in_backtrace: bool = False
+
+    def translate(self, msg_type: str, content: dict) -> list[tuple[str, dict]]:
+        """The messages to publish for one message of the child (maybe none)."""
+        if msg_type == "error":
+            self.errors.append(content)
+            return []  # published once the cell is over, with a clear name
+        if msg_type != "stream":
+            return [(msg_type, content)]
+        if content["name"] == "stderr":
+            text = self._drop_backtrace(content["text"])
+            self.stderr += text
+            return [("stream", {"name": "stderr", "text": text})] if text else []
+        return self._split_stdout(content["text"])
+
+    def _drop_backtrace(self, text: str) -> str:
+        kept = []
+        for line in _lines(text):
+            if line == _BACKTRACE_START:
+                self.in_backtrace = True
+            elif not self.in_backtrace:
+                kept.append(line)
+            elif line.startswith(_BACKTRACE_END) or not line.startswith(" "):
+                self.in_backtrace = False
+                if not line.startswith(_BACKTRACE_END):
+                    kept.append(line)
+        return "".join(kept)
+
+    def _split_stdout(self, text: str) -> list[tuple[str, dict]]:
+        out: list[tuple[str, dict]] = []
+
+        def stream(name, chunk):
+            if not chunk:
+                return
+            if out and out[-1][0] == "stream" and out[-1][1]["name"] == name:
+                out[-1][1]["text"] += chunk
+            else:
+                out.append(("stream", {"name": name, "text": chunk}))
+
+        for line in _lines(text):
+            before, marker, rest = line.partition(MARKER)
+            stream("stdout", before)
+            if not marker:
+                continue
+            kind, _, rest = rest.rstrip("\n").partition(" ")
+            arg, _, body = rest.partition(" ")
+            body = _unescape(body)
+            if kind == "stderr":
+                self.stderr += body
+                stream("stderr", body)
+            elif kind == "display":
+                out.append(("display_data", {"data": {arg: body}, "metadata": {}}))
+            elif kind == "share":
+                self.shared[arg] = body
+        return out
+
+    def outcome(self, reply_status: str, interrupted: bool) -> dict | None:
+        """The error (ename, evalue, traceback) this cell ends with, or None."""
+        if self.errors:
+            evalue = self.errors[0].get("evalue", "")
+            traceback = [line for e in self.errors for line in e.get("traceback", [])]
+            if "Subprocess terminated" in evalue or "child process" in evalue.lower():
+                if interrupted:
+                    return _error("KeyboardInterrupt", "interrupted: " + LOST, [evalue])
+                return _error("RustProcessExited", f"{evalue.strip()}: {LOST}", traceback)
+            if any(_is_compile_error(e) for e in self.errors):
+                messages = "; ".join(e.get("evalue", "").strip() for e in self.errors)
+                return _error("CompileError", messages, traceback)
+            return _error("EvcxrError", evalue.strip(), traceback)
+        panic = _PANIC.search(self.stderr)
+        if panic:
+            message = panic.group("msg").strip()
+            return _error("RustPanic", message, ["Rust code panicked: " + message])
+        if reply_status == "error":
+            return _error("EvcxrError", "evcxr reported an error without details", [])
+        return None
+
+
+def _lines(text: str) -> list[str]:
+    """Lines with their ends (str.splitlines would also split at the marker's \\x1e)."""
+    return [line for line in re.split(r"(?<=\n)", text) if line]
+
+
+LOST = "the Rust process restarted and all Rust variables were lost (items such as fn and struct remain)"
+
+
+def _is_compile_error(error: dict) -> bool:
+    # Compiler diagnostics come with a source report (several traceback lines).
+    return len(error.get("traceback", [])) > 1 or "error[" in "".join(error.get("traceback", []))
+
+
+def _error(ename: str, evalue: str, traceback: list[str]) -> dict:
+    return {"ename": ename, "evalue": evalue, "traceback": traceback or [f"{ename}: {evalue}"]}

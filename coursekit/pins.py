@@ -1,0 +1,40 @@
+"""Read the kit's pins (coursekit/pins.toml and requirements.txt)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from functools import cache
+from pathlib import Path
+
+PACKAGE = Path(__file__).parent
+ROOT = PACKAGE.parent
+
+
+@cache
+def pins() -> dict:
+    return tomllib.loads((PACKAGE / "pins.toml").read_text())
+
+
+def frameworks() -> dict[str, dict]:
+    return pins()["frameworks"]
+
+
+def evcxr_version() -> str:
+    return pins()["evcxr"]["version"]
+
+
+def dep_lines(framework: str) -> list[str]:
+    """The `:dep` lines a notebook of this framework starts with."""
+    return [f":dep {dep}" for dep in frameworks()[framework]["deps"]]
+
+
+@cache
+def python_requirements() -> dict[str, str]:
+    """name -> exact version, from requirements.txt."""
+    reqs = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-\[\]]+)==([^\s;#]+)", line.strip())
+        if m:
+            reqs[re.sub(r"\[.*\]", "", m.group(1)).lower()] = m.group(2)
+    return reqs

@@ -1,0 +1,51 @@
+// Loaded by evcxr at start-up (it is EVCXR_CONFIG_DIR/prelude.rs) in the course kernels.
+// Output helpers travel as single marker lines on stdout, so the rust-pytorch kernel
+// can turn them into Jupyter messages in the order the cell produced them.
+
+fn coursekit_emit(kind: &str, arg: &str, body: &str) {
+    use std::io::Write;
+    let body = body.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "\u{1e}coursekit {kind} {arg} {body}");
+    let _ = out.flush();
+}
+
+/// Make `value` available to `%%python` cells as `rust.<name>` (or `rust["name"]`).
+fn share<T: std::fmt::Debug + ?Sized>(name: &str, value: &T) {
+    coursekit_emit("share", name, &format!("{value:?}"));
+}
+
+/// Show HTML (a table, a styled message) in the cell's output.
+fn display_html(html: &str) {
+    coursekit_emit("display", "text/html", html);
+}
+
+/// Show an SVG picture in the cell's output.
+fn display_svg(svg: &str) {
+    coursekit_emit("display", "image/svg+xml", svg);
+}
+
+/// Show PNG bytes as a picture in the cell's output.
+fn display_png(png: &[u8]) {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::with_capacity(png.len() * 4 / 3 + 4);
+    for chunk in png.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            let c = if i <= chunk.len() { ABC[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' };
+            b64.push(c);
+        }
+    }
+    coursekit_emit("display", "image/png", &b64);
+}
+
+// eprint!/eprintln! go through the same ordered channel as println! and come out as stderr.
+#[allow(unused_macros)]
+macro_rules! eprint {
+    ($($arg:tt)*) => { $crate::coursekit_emit("stderr", "-", &format!($($arg)*)) };
+}
+#[allow(unused_macros)]
+macro_rules! eprintln {
+    () => { $crate::coursekit_emit("stderr", "-", "\n") };
+    ($($arg:tt)*) => { $crate::coursekit_emit("stderr", "-", &format!("{}\n", format!($($arg)*))) };
+}
