@@ -56,27 +56,37 @@ def find_rust_src() -> Path | None:
     return None
 
 
-def apt_install(packages: list[str]) -> None:
-    missing = [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode]
+def _missing_debs(packages: list[str]) -> list[str]:
+    return [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode]
+
+
+def apt_install(packages: list[str]) -> bool:
+    """Install the missing Debian packages (as root, or with passwordless sudo); True if
+    they are all there afterwards."""
+    missing = _missing_debs(packages)
     if not missing:
-        return
-    if not shutil.which("apt-get"):
-        raise SetupError(f"install these packages with your system's package manager: {' '.join(missing)}")
+        return True
+    if not shutil.which("apt-get") or (os.geteuid() != 0 and not shutil.which("sudo")):
+        return False
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
     log(f"installing Debian packages: {', '.join(missing)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     cmd = sudo + ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
     if subprocess.run(cmd, env=env).returncode:
         subprocess.run(sudo + ["apt-get", "update", "-q"], env=env)
-        if subprocess.run(cmd, env=env).returncode:
-            raise SetupError(f"could not install {' '.join(missing)}; run: sudo apt-get install {' '.join(missing)}")
+        subprocess.run(cmd, env=env)
+    return not _missing_debs(missing)
 
 
 def ensure_system_packages() -> Path:
-    """Install the Debian helpers that are missing; return the std-sources directory."""
-    wanted = [p for p in APT_PACKAGES if p != "rust-web-src" or find_rust_src() is None]
-    if wanted and shutil.which("dpkg"):
-        apt_install(wanted)
+    """Install the Debian helpers that are missing; return the std-sources directory.
+    Only the std sources are required: without a helper its feature is slower or skipped."""
+    if shutil.which("dpkg"):
+        wanted = [p for p in APT_PACKAGES if p != "rust-web-src" or find_rust_src() is None]
+        if not apt_install(wanted):
+            for p in _missing_debs(wanted):
+                log(f"warning: Debian package {p} is missing ({APT_PACKAGES[p]}); "
+                    f"install it with `sudo apt-get install {p}`")
     src = find_rust_src()
     if src is None:
         raise SetupError("no Rust standard-library sources: run `rustup component add rust-src`, "

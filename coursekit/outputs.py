@@ -2,7 +2,8 @@
 
 - Marker lines the prelude prints on stdout (`\\x1ecoursekit KIND ARG BODY`) become
   stderr streams, display_data or shared values, in the order the cell printed them.
-- A panic, which evcxr reports only as stderr text with status "ok", becomes an error.
+- A panic, which evcxr reports only as stderr text with status "ok", becomes an error;
+  so does an error that `?` returned from the cell (evcxr prints it to stderr).
 - evcxr's errors (always ename "Error") get names that say what happened.
 """
 
@@ -33,6 +34,7 @@ class CellOutputs:
     stderr: str = ""
     errors: list = field(default_factory=list)
     in_backtrace: bool = False
+    returned_error: str | None = None  # what `?` returned from the cell
 
     def translate(self, msg_type: str, content: dict) -> list[tuple[str, dict]]:
         """The messages to publish for one message of the child (maybe none)."""
@@ -79,9 +81,11 @@ class CellOutputs:
             kind, _, rest = rest.rstrip("\n").partition(" ")
             arg, _, body = rest.partition(" ")
             body = _unescape(body)
-            if kind == "stderr":
+            if kind in ("stderr", "error"):
                 self.stderr += body
                 stream("stderr", body)
+                if kind == "error":
+                    self.returned_error = body.strip()
             elif kind == "display":
                 out.append(("display_data", {"data": {arg: body}, "metadata": {}}))
             elif kind == "share":
@@ -105,6 +109,9 @@ class CellOutputs:
         if panic:
             message = panic.group("msg").strip()
             return _error("RustPanic", message, ["Rust code panicked: " + message])
+        if self.returned_error is not None:
+            return _error("RustError", self.returned_error,
+                          ["the cell returned an error with `?`: " + self.returned_error])
         if reply_status == "error":
             return _error("EvcxrError", "evcxr reported an error without details", [])
         return None

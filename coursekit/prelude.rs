@@ -39,6 +39,14 @@ fn display_png(png: &[u8]) {
     coursekit_emit("display", "image/png", &b64);
 }
 
+// evcxr reports an error that `?` returned from a cell with `eprintln!("{}", error)` in its
+// generated code: that one exact form is marked as the cell's error.
+#[allow(unused_macros)]
+macro_rules! coursekit_eprint_ident {
+    ($f:literal, error, $v:ident) => { $crate::coursekit_emit("error", "-", &format!(concat!($f, "\n"), $v)) };
+    ($f:literal, $other:ident, $v:ident) => { $crate::coursekit_emit("stderr", "-", &format!(concat!($f, "\n"), $v)) };
+}
+
 // eprint!/eprintln! go through the same ordered channel as println! and come out as stderr.
 #[allow(unused_macros)]
 macro_rules! eprint {
@@ -46,6 +54,9 @@ macro_rules! eprint {
 }
 #[allow(unused_macros)]
 macro_rules! eprintln {
+    ("{}", $e:ident) => { coursekit_eprint_ident!("{}", $e, $e) };
+    ("{:?}", $e:ident) => { coursekit_eprint_ident!("{:?}", $e, $e) };
+    ("{:#?}", $e:ident) => { coursekit_eprint_ident!("{:#?}", $e, $e) };
     () => { $crate::coursekit_emit("stderr", "-", "\n") };
     ($($arg:tt)*) => { $crate::coursekit_emit("stderr", "-", &format!("{}\n", format!($($arg)*))) };
 }

@@ -24,16 +24,17 @@ def pool_dir() -> Path:
     return Path(base) / "coursekit" / "evcxr-slots"
 
 
-def acquire(pool: Path | None = None, size: int = POOL_SIZE) -> tuple[Path, int] | None:
-    """Lock the first free slot: (its directory, the locked fd), or None if all are busy."""
+def acquire(pool: Path | None = None, size: int = POOL_SIZE, only: int | None = None):
+    """Lock the first free slot (or wait for slot `only`): (its directory, the locked fd),
+    or None if all are busy."""
     pool = pool or pool_dir()
     pool.mkdir(parents=True, exist_ok=True)
-    for n in range(size):
+    for n in range(size) if only is None else [only]:
         slot = pool / f"slot-{n}"
         slot.mkdir(exist_ok=True)
         fd = os.open(slot / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if only is not None else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(fd)
             continue
@@ -46,7 +47,8 @@ def main(argv: list[str]) -> None:
         argv = argv[1:]
     if not argv:
         sys.exit("usage: python -m coursekit.slots -- COMMAND [ARGS...]")
-    taken = acquire()
+    only = os.environ.pop("COURSEKIT_SLOT", None)  # the prewarm step picks its directory
+    taken = acquire(only=int(only) if only else None)
     if taken:
         slot, fd = taken
         os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process

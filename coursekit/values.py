@@ -19,7 +19,7 @@ _TOKEN = re.compile(
       (?P<num>[-+]?(?:\d[\d_]*\.?\d*(?:[eE][-+]?\d+)?|inf|NaN))(?![\w.])
     | (?P<str>"(?:[^"\\]|\\.)*")
     | (?P<char>'(?:[^'\\]|\\.|\\u\{[0-9a-fA-F]+\})')
-    | (?P<ident>[A-Za-z_][\w:]*)
+    | (?P<ident>[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)
     | (?P<punct>[\[\](){},:])
     )""",
     re.VERBOSE,

@@ -1,0 +1,98 @@
+"""Compile every framework once in each warm build directory (coursekit.slots), so that a
+learner's first cell in a framework notebook only compiles the cell itself.
+
+Each (directory, framework) pair is stamped when done; the stamp names the pins, evcxr and
+rustc, so a change of any of them warms again. Run by `coursekit setup`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+
+from jupyter_client.manager import start_new_kernel
+from tqdm import tqdm
+
+from . import pins, slots
+from .install import SetupError, evcxr_config_dir
+
+STAMP = "coursekit-warm.json"
+CELL_TIMEOUT_S = 3600
+
+
+def warm_key(framework: str) -> str:
+    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout
+    init = (evcxr_config_dir(prelude=False) / "init.evcxr").read_text()
+    spec = json.dumps([pins.frameworks()[framework], pins.evcxr_version(), rustc, init], sort_keys=True)
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def _stamps(slot: int) -> dict:
+    try:
+        return json.loads((slots.pool_dir() / f"slot-{slot}" / STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def is_warm(slot: int, framework: str) -> bool:
+    return _stamps(slot).get(framework) == warm_key(framework)
+
+
+def _mark_warm(slot: int, framework: str) -> None:
+    stamps = _stamps(slot)
+    stamps[framework] = warm_key(framework)
+    (slots.pool_dir() / f"slot-{slot}" / STAMP).write_text(json.dumps(stamps, indent=1))
+
+
+def run_cells(cells: list[str], slot: int | None = None, timeout: float = CELL_TIMEOUT_S) -> list[str]:
+    """Run cells in a plain `rust` kernel (in warm directory `slot`); return each cell's stdout.
+    Raises SetupError on the first error."""
+    env = dict(os.environ)
+    if slot is not None:
+        env["COURSEKIT_SLOT"] = str(slot)
+    km, kc = start_new_kernel(kernel_name="rust", startup_timeout=120, env=env)
+    try:
+        results = []
+        for code in cells:
+            out, errors = [], []
+
+            def hook(msg, out=out, errors=errors):
+                if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+                    out.append(msg["content"]["text"])
+                elif msg["msg_type"] == "error":
+                    errors.append(msg["content"]["evalue"])
+
+            reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+            if reply["content"]["status"] != "ok" or errors:
+                raise SetupError(f"this cell failed in evcxr: {code!r}: {'; '.join(errors)}")
+            results.append("".join(out))
+        return results
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def warm(slot: int, framework: str) -> float:
+    """Compile and run one framework's smoke cell in one directory; return the seconds taken."""
+    started = time.monotonic()
+    fw = pins.frameworks()[framework]
+    run_cells(["\n".join(pins.dep_lines(framework)), fw["smoke"]], slot=slot)
+    _mark_warm(slot, framework)
+    return time.monotonic() - started
+
+
+def prewarm_all() -> None:
+    todo = [(s, fw) for s in range(slots.POOL_SIZE) for fw in pins.frameworks() if not is_warm(s, fw)]
+    if not todo:
+        print("[coursekit setup] frameworks already compiled (warm)", flush=True)
+        return
+    print(f"[coursekit setup] compiling the frameworks: {len(todo)} steps; the first run takes many "
+          "minutes", flush=True)
+    with tqdm(todo, unit="step", dynamic_ncols=True) as bar:
+        for slot, framework in bar:
+            bar.set_description(f"{framework} (warm directory {slot})")
+            seconds = warm(slot, framework)
+            bar.write(f"  {framework} in warm directory {slot}: {seconds:.0f} s")

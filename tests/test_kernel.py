@@ -1,0 +1,250 @@
+"""The rust-pytorch kernel over the Jupyter protocol (issue: the Rust + PyTorch kernel)."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import psutil
+import pytest
+
+from conftest import KernelSession
+
+pytestmark = pytest.mark.full
+
+
+def errors(outputs):
+    return [c for t, c in outputs if t == "error"]
+
+
+def streams(outputs):
+    return [(c["name"], c["text"]) for t, c in outputs if t == "stream"]
+
+
+def test_rust_cell_value_and_python_cell(kernel):
+    reply, outputs = kernel.run('let answer = 40 + 2;\nprintln!("answer = {answer}");\nanswer')
+    assert reply["status"] == "ok"
+    assert streams(outputs) == [("stdout", "answer = 42\n")]
+    assert [c["data"]["text/plain"] for t, c in outputs if t == "execute_result"] == ["42"]
+    assert kernel.stdout("%%python\nprint(sum([1, 2, 3]))") == "6\n"
+
+
+def test_execution_counts_increase_across_languages(kernel):
+    counts = [kernel.run(code)[0]["execution_count"] for code in ("1 + 1", "%%python\n1", "2 + 2")]
+    assert counts[1] == counts[0] + 1 and counts[2] == counts[1] + 1
+
+
+def test_interleaved_outputs_arrive_in_order(kernel):
+    code = """
+for i in 0..20 {
+    println!("out {i}");
+    eprintln!("err {i}");
+    display_html(&format!("<i>{i}</i>"));
+}"""
+    reply, outputs = kernel.run(code)
+    assert reply["status"] == "ok"
+    seen = []
+    for t, c in outputs:
+        if t == "stream":
+            seen += [f"{c['name']}:{line}" for line in c["text"].splitlines()]
+        elif t == "display_data":
+            seen.append("html:" + c["data"]["text/html"])
+    expected = []
+    for i in range(20):
+        expected += [f"stdout:out {i}", f"stderr:err {i}", f"html:<i>{i}</i>"]
+    assert seen == expected
+
+
+def test_images_and_svg(kernel):
+    png = bytes([137, 80, 78, 71, 13, 10, 26, 10, 0, 1, 2, 3, 254, 255])
+    reply, outputs = kernel.run(f"display_png(&{list(png)}); display_svg(\"<svg></svg>\");")
+    data = [c["data"] for t, c in outputs if t == "display_data"]
+    assert base64.b64decode(data[0]["image/png"]) == png
+    assert data[1] == {"image/svg+xml": "<svg></svg>"}
+
+
+def test_compile_error_is_an_error_with_ename(kernel):
+    reply, outputs = kernel.run('let n: i32 = "text";')
+    assert reply["status"] == "error"
+    assert reply["ename"] == "CompileError" and "mismatched types" in reply["evalue"]
+    (err,) = errors(outputs)
+    assert err["ename"] == "CompileError" and any("mismatched types" in line for line in err["traceback"])
+
+
+def test_panic_is_an_error_and_keeps_variables(kernel):
+    kernel.run("let kept = vec![1, 2, 3];")
+    reply, outputs = kernel.run('let fresh = 1; panic!("tensor shape mismatch: {} vs {}", 2, 3);')
+    assert reply["status"] == "error" and reply["ename"] == "RustPanic"
+    assert reply["evalue"] == "tensor shape mismatch: 2 vs 3"
+    assert errors(outputs)[-1]["ename"] == "RustPanic"
+    assert "stack backtrace" not in "".join(text for _, text in streams(outputs))
+    assert kernel.stdout('println!("{:?}", kept);') == "[1, 2, 3]\n"
+
+
+def test_failed_assert_in_a_test_cell_is_an_error(kernel):
+    reply, _ = kernel.run("assert_eq!(1 + 1, 3, \"arithmetic\");")
+    assert reply["ename"] == "RustPanic" and "arithmetic" in reply["evalue"]
+
+
+def test_question_mark_error_is_an_error(kernel):
+    reply, outputs = kernel.run('let v: i32 = "x".parse()?;')
+    assert reply["status"] == "error", outputs
+    assert "invalid digit" in reply["evalue"]
+
+
+def test_python_exception(kernel):
+    reply, outputs = kernel.run("%%python\n{}['missing']")
+    assert reply["status"] == "error" and reply["ename"] == "KeyError"
+    assert errors(outputs)[0]["ename"] == "KeyError"
+
+
+def test_process_exit_restarts_rust_state():
+    session = KernelSession()
+    try:
+        session.run("fn double(x: i32) -> i32 { x * 2 }\nlet lost = 5;")
+        reply, outputs = session.run("std::process::exit(3);")
+        assert reply["ename"] == "RustProcessExited" and "variables were lost" in reply["evalue"]
+        reply, _ = session.run("lost")
+        assert reply["ename"] == "CompileError"
+        assert session.stdout('println!("{}", double(21));') == "42\n"
+    finally:
+        session.close()
+
+
+def evcxr_process(session: KernelSession) -> psutil.Process:
+    kernel = psutil.Process(session.km.provisioner.pid)
+    (evcxr,) = [p for p in kernel.children() if p.name().startswith("evcxr")]
+    return evcxr
+
+
+def test_evcxr_crash_restarts_the_child():
+    session = KernelSession()
+    try:
+        session.run("let before = 1;")
+        evcxr_process(session).kill()
+        reply, _ = session.run("let after = 2;")
+        assert reply["ename"] == "EvcxrCrash" and "variables were lost" in reply["evalue"]
+        assert session.stdout('println!("alive");') == "alive\n"
+    finally:
+        session.close()
+
+
+def _interrupt_latency(session: KernelSession, code: str) -> tuple[float, dict]:
+    msg_id = session.kc.execute(code)
+    time.sleep(2)  # let it compile and start looping
+    started = time.monotonic()
+    session.km.interrupt_kernel()
+    reply = session.reply(msg_id, timeout=30)
+    return time.monotonic() - started, reply
+
+
+def test_interrupt_stops_a_rust_loop_within_2s(kernel):
+    kernel.drain_iopub()
+    kernel.run("let survivor = 1;")
+    latency, reply = _interrupt_latency(kernel, "let mut n = 0u64; loop { n = n.wrapping_add(1); }")
+    assert reply["ename"] == "KeyboardInterrupt"
+    assert latency < 2.0, latency
+    assert kernel.stdout('println!("still running");') == "still running\n"
+
+
+def test_interrupt_stops_a_python_loop_within_2s(kernel):
+    kernel.drain_iopub()
+    latency, reply = _interrupt_latency(kernel, "%%python\nwhile True:\n    pass")
+    assert reply["ename"] == "KeyboardInterrupt"
+    assert latency < 2.0, latency
+
+
+def _descendants(session: KernelSession) -> list[psutil.Process]:
+    return psutil.Process(session.km.provisioner.pid).children(recursive=True)
+
+
+def test_shutdown_and_restart_leave_no_orphans():
+    session = KernelSession()
+    session.run("let x = 1;")
+    before = _descendants(session)
+    assert any(p.name().startswith("evcxr") for p in before)
+    session.km.restart_kernel(now=False)
+    time.sleep(1)
+    assert [p for p in before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    session.kc.wait_for_ready(timeout=120)
+    session.run("let y = 2;")
+    after = _descendants(session) + [psutil.Process(session.km.provisioner.pid)]
+    session.close()
+    time.sleep(1)
+    assert [p for p in after if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_python_cells_do_not_wait_for_evcxr():
+    session = KernelSession()
+    try:
+        out = session.stdout("%%python\nprint(get_ipython().kernel.rust.ready.done())")
+        assert out == "False\n"  # the Python cell ran while evcxr was still starting
+    finally:
+        session.close()
+
+
+def test_completion_in_both_languages(kernel):
+    kernel.run("let learning_rate_schedule = vec![0.1f32];")
+    code = "learning_rate_sch"
+    reply = kernel.kc.complete(code, len(code), reply=True)["content"]
+    assert "learning_rate_schedule" in reply["matches"]
+    code = "%%python\nimport math\nmath.sq"
+    reply = kernel.kc.complete(code, len(code), reply=True)["content"]
+    assert "math.sqrt" in reply["matches"] or "sqrt" in reply["matches"]
+    assert reply["cursor_end"] == len(code)
+
+
+def test_inspection_in_both_languages(kernel):
+    code = "%%python\nlen"
+    reply = kernel.kc.inspect(code, len(code), reply=True)["content"]
+    assert reply["found"] and "text/plain" in reply["data"]
+    code = "let text = String::new();"
+    reply = kernel.kc.inspect(code, code.index("String") + 2, reply=True)["content"]
+    assert reply["status"] == "ok"
+
+
+def test_values_cross_between_languages(kernel):
+    kernel.run(
+        "#[derive(Debug)] struct Stats { mean: f32, n: usize }\n"
+        'share("losses", &vec![0.5f32, 0.25, f32::NAN]);\n'
+        'share("stats", &Stats { mean: 1.5, n: 3 });\n'
+        'share("label", &Some("cat"));'
+    )
+    out = kernel.stdout(
+        "%%python\nimport math\nprint(rust.losses[:2], math.isnan(rust.losses[2]), rust.stats, rust['label'])"
+    )
+    assert out == "[0.5, 0.25] True {'mean': 1.5, 'n': 3} cat\n"
+    kernel.run('%%python\nimport numpy as np\nto_rust("weights", np.arange(6, dtype="float32").reshape(2, 3))\n'
+               'to_rust("epochs", 3)\nto_rust("names", ["a", "b"])')
+    out = kernel.stdout('println!("{:?} {:?} {} {:?}", weights, weights_shape, epochs + 1, names);')
+    assert out == '[0.0, 1.0, 2.0, 3.0, 4.0, 5.0] [2, 3] 4 ["a", "b"]\n'
+
+
+def test_matplotlib_and_torch_in_python_cells(kernel):
+    reply, outputs = kernel.run(
+        "%%python\nimport torch\nimport matplotlib.pyplot as plt\n"
+        "t = torch.arange(4.0)\nplt.plot(t.numpy(), (t * t).numpy())\nplt.show()\nprint(float(t.sum()))"
+    )
+    assert reply["status"] == "ok", outputs
+    assert ("stdout", "6.0\n") in streams(outputs)
+    assert any("image/png" in c["data"] for t, c in outputs if t == "display_data")
+
+
+def test_widget_comm_round_trip(kernel):
+    kernel.drain_iopub()
+    msg_id = kernel.kc.execute("%%python\nimport ipywidgets as w\nslider = w.IntSlider(value=1)\nslider")
+    comm_id = None
+    while comm_id is None:
+        msg = kernel.kc.get_iopub_msg(timeout=30)
+        if msg["msg_type"] == "comm_open" and msg["content"]["data"]["state"].get("_model_name") == "IntSliderModel":
+            comm_id = msg["content"]["comm_id"]
+    kernel.reply(msg_id)
+    update = kernel.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
+        "method": "update", "state": {"value": 7}, "buffer_paths": []}})
+    kernel.kc.shell_channel.send(update)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if kernel.stdout("%%python\nprint(slider.value)") == "7\n":
+            return
+        time.sleep(0.2)
+    pytest.fail("the widget never received the front end's update")
