@@ -1,11 +1,13 @@
 # The two commands a learner needs: `make lab` and `make test`. Both install what is missing
 # first (a second run takes seconds). See README.md.
 
-PYTHON ?= python3
+SYSTEM_PYTHON := $(shell command -v python3)
+PYTHON ?= $(SYSTEM_PYTHON)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8888
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 JOBS ?= 2
 
 .PHONY: lab test test-fast setup bench doctor lint lock clean
@@ -22,7 +24,7 @@ lab: setup
 	$(PY) -m coursekit lab --port $(PORT)
 
 test: setup
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup
+	$(PY) -m pytest -n $(JOBS) --dist loadscope
 
 test-fast: setup
 	$(PY) -m pytest -m "not full" -n $(JOBS)
@@ -34,8 +36,8 @@ doctor: $(STAMP)
 	$(PY) -m coursekit doctor
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check coursekit tests
-	$(VENV)/bin/ruff format --check coursekit tests
+	$(VENV)/bin/ruff check coursekit tests nbgrader_config.py
+	$(VENV)/bin/ruff format --check coursekit tests nbgrader_config.py
 
 # Re-resolve the lock after editing requirements.txt.
 lock:

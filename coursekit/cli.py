@@ -23,6 +23,41 @@ def _doctor(args) -> int:
     return doctor()
 
 
+def _run(args) -> int:
+    from pathlib import Path
+
+    from .notebooks import execute
+
+    for path in args.notebooks:
+        print(f"running {path}", flush=True)
+        execute(Path(path))
+    return 0
+
+
+def _lab(args) -> int:
+    import os
+
+    from .pins import ROOT
+
+    url = "lab/tree/course/00_welcome.ipynb"
+    print(
+        f"[coursekit] starting JupyterLab on {ROOT / 'course'}; open the http://127.0.0.1:{args.port}/"
+        f"{url}?token=... address it prints below",
+        flush=True,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        f"--port={args.port}",
+        f"--ServerApp.root_dir={ROOT}",
+        f"--LabApp.default_url=/{url}",
+    ]
+    os.execv(sys.executable, cmd)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="coursekit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -31,5 +66,11 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=_setup)
     p = sub.add_parser("doctor", help="check every piece and print each problem with its fix")
     p.set_defaults(func=_doctor)
+    p = sub.add_parser("run", help="execute notebooks in place and save their cleaned outputs")
+    p.add_argument("notebooks", nargs="+")
+    p.set_defaults(func=_run)
+    p = sub.add_parser("lab", help="start JupyterLab on the course")
+    p.add_argument("--port", type=int, default=8888)
+    p.set_defaults(func=_lab)
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

@@ -42,9 +42,12 @@ def _python_packages(r: Report) -> None:
             have = None
         if have != version:
             wrong.append(f"{name} {have or 'missing'} (want {version})")
-    r.check(not wrong, f"Python packages pinned in requirements.txt ({len(pins.python_requirements())})"
-            + (": " + ", ".join(wrong) if wrong else ""),
-            "run `make setup`; it reinstalls from requirements.txt and constraints.txt")
+    r.check(
+        not wrong,
+        f"Python packages pinned in requirements.txt ({len(pins.python_requirements())})"
+        + (": " + ", ".join(wrong) if wrong else ""),
+        "run `make setup`; it reinstalls from requirements.txt and constraints.txt",
+    )
 
 
 def _rust(r: Report) -> None:
@@ -54,12 +57,17 @@ def _rust(r: Report) -> None:
     if r.check(bool(rustc), f"rustc on PATH ({rustc})", "install Rust with rustup (https://rustup.rs)"):
         version = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.split()
         minor = int(version[1].split(".")[1]) if len(version) > 1 else 0
-        r.check(minor >= 95, f"rustc {version[1] if len(version) > 1 else '?'} >= 1.95 (evcxr's MSRV)",
-                "rustup update stable")
+        r.check(
+            minor >= 95,
+            f"rustc {version[1] if len(version) > 1 else '?'} >= 1.95 (evcxr's MSRV)",
+            "rustup update stable",
+        )
     have = evcxr_installed_version()
-    r.check(have == pins.evcxr_version(), f"evcxr_jupyter {have or 'missing'} at {evcxr_binary()} "
-            f"(pinned {pins.evcxr_version()})",
-            f"cargo install --locked evcxr_jupyter --version {pins.evcxr_version()}")
+    r.check(
+        have == pins.evcxr_version(),
+        f"evcxr_jupyter {have or 'missing'} at {evcxr_binary()} (pinned {pins.evcxr_version()})",
+        f"cargo install --locked evcxr_jupyter --version {pins.evcxr_version()}",
+    )
 
 
 def _kernelspecs(r: Report) -> dict | None:
@@ -70,15 +78,28 @@ def _kernelspecs(r: Report) -> dict | None:
     for name in KERNELS:
         ours = Path(kernels_dir()) / name
         path = found.get(name)
-        if not r.check(path is not None and Path(path) == ours, f"kernelspec {name} at {path}",
-                       f"{FIX_SETUP}; if another `{name}` kernel shadows it, remove that one "
-                       f"(`jupyter kernelspec remove {name}` outside this environment)"
-                       if path else FIX_SETUP):
+        if not r.check(
+            path is not None and Path(path) == ours,
+            f"kernelspec {name} at {path}",
+            f"{FIX_SETUP}; if another `{name}` kernel shadows it, remove that one "
+            f"(`jupyter kernelspec remove {name}` outside this environment)"
+            if path
+            else FIX_SETUP,
+        ):
             continue
         spec = json.loads((ours / "kernel.json").read_text())
         env = spec.get("env", {})
-        missing = [k for k in ("RUST_SRC_PATH", "LD_LIBRARY_PATH", "LIBTORCH_USE_PYTORCH", "EVCXR_CONFIG_DIR",
-                               "COURSEKIT_EVCXR") if k not in env]
+        missing = [
+            k
+            for k in (
+                "RUST_SRC_PATH",
+                "LD_LIBRARY_PATH",
+                "LIBTORCH_USE_PYTORCH",
+                "EVCXR_CONFIG_DIR",
+                "COURSEKIT_EVCXR",
+            )
+            if k not in env
+        ]
         r.check(not missing, f"kernelspec {name} env" + (f" lacks {missing}" if missing else ""), FIX_SETUP)
     return env
 
@@ -86,20 +107,28 @@ def _kernelspecs(r: Report) -> dict | None:
 def _environment(r: Report, env: dict | None) -> None:
     env = env or {}
     src = Path(env.get("RUST_SRC_PATH", "/nonexistent"))
-    r.check((src / "core" / "src" / "lib.rs").is_file(), f"Rust std sources at {src}",
-            "sudo apt-get install rust-web-src (Debian) or `rustup component add rust-src`, then "
-            + FIX_SETUP)
+    r.check(
+        (src / "core" / "src" / "lib.rs").is_file(),
+        f"Rust std sources at {src}",
+        "sudo apt-get install rust-web-src (Debian) or `rustup component add rust-src`, then " + FIX_SETUP,
+    )
     try:
         import torch
 
         want = pins.frameworks()["tch"]["torch"]
         have = torch.__version__.split("+")[0]
-        r.check(have == want, f"torch {torch.__version__} matches tch's libtorch {want}",
-                f"pip install torch=={want} (tch {pins.frameworks()['tch']['deps'][0]} binds it)")
+        r.check(
+            have == want,
+            f"torch {torch.__version__} matches tch's libtorch {want}",
+            f"pip install torch=={want} (tch {pins.frameworks()['tch']['deps'][0]} binds it)",
+        )
         torch_lib = Path(torch.__file__).parent / "lib"
         libpath = env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-        r.check(str(torch_lib) in libpath and (torch_lib / "libtorch_cpu.so").is_file(),
-                f"library path of the kernels includes {torch_lib}", FIX_SETUP)
+        r.check(
+            str(torch_lib) in libpath and (torch_lib / "libtorch_cpu.so").is_file(),
+            f"library path of the kernels includes {torch_lib}",
+            FIX_SETUP,
+        )
     except ImportError:
         r.bad("torch importable", "run `make setup`")
 
@@ -108,12 +137,23 @@ def _cache(r: Report) -> None:
     from .prewarm import is_warm
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evcxr"
-    r.check(cache.is_dir() and any(cache.iterdir()), f"evcxr dependency cache at {cache}",
-            "it fills on first use; " + FIX_SETUP + " fills it at once")
-    cold = [f"{fw} in directory {s}" for s in range(slots.POOL_SIZE) for fw in pins.frameworks()
-            if not is_warm(s, fw)]
-    r.check(not cold, "frameworks prewarmed" + (f" (cold: {', '.join(cold)})" if cold else " in every "
-            f"warm directory ({slots.POOL_SIZE})"), FIX_SETUP + " (takes minutes the first time)")
+    r.check(
+        cache.is_dir() and any(cache.iterdir()),
+        f"evcxr dependency cache at {cache}",
+        "it fills on first use; " + FIX_SETUP + " fills it at once",
+    )
+    cold = [
+        f"{fw} in directory {s}"
+        for s in range(slots.POOL_SIZE)
+        for fw in pins.frameworks()
+        if not is_warm(s, fw)
+    ]
+    r.check(
+        not cold,
+        "frameworks prewarmed"
+        + (f" (cold: {', '.join(cold)})" if cold else f" in every warm directory ({slots.POOL_SIZE})"),
+        FIX_SETUP + " (takes minutes the first time)",
+    )
 
 
 def doctor() -> int:

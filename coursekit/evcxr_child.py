@@ -7,6 +7,7 @@ its whole process group, so no evcxr, cargo or rustc process outlives the kernel
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -49,8 +50,13 @@ class _EvcxrSpec(KernelSpecManager):
     def get_kernel_spec(self, kernel_name, **kwargs):
         evcxr = os.environ.get("COURSEKIT_EVCXR", "evcxr_jupyter")
         argv = [sys.executable, "-m", "coursekit.slots", "--", evcxr, "--control_file", "{connection_file}"]
-        return KernelSpec(argv=argv, language="rust", display_name="evcxr", interrupt_mode="message",
-                          resource_dir=kernels_dir())
+        return KernelSpec(
+            argv=argv,
+            language="rust",
+            display_name="evcxr",
+            interrupt_mode="message",
+            resource_dir=kernels_dir(),
+        )
 
 
 class EvcxrChild:
@@ -74,7 +80,7 @@ class EvcxrChild:
     # -- life cycle (worker thread) ---------------------------------------------------
     def _start(self):
         self._km = KernelManager(kernel_name="evcxr", kernel_spec_manager=_EvcxrSpec())
-        self.stderr_log = tempfile.NamedTemporaryFile(prefix="coursekit-evcxr-", suffix=".log")
+        self.stderr_log = tempfile.NamedTemporaryFile(prefix="coursekit-evcxr-", suffix=".log")  # noqa: SIM115
         self._km.start_kernel(preexec_fn=_die_with_parent, stdout=self.stderr_log, stderr=self.stderr_log)
         try:
             self._connect()
@@ -107,10 +113,8 @@ class EvcxrChild:
             self._kc.stop_channels()
         km.shutdown_kernel(now=True)
         if pgid:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     # -- requests (worker thread) -----------------------------------------------------
     def request(self, msg_type: str, content: dict, timeout: float = 30) -> dict:

@@ -44,8 +44,9 @@ def find_rust_src() -> Path | None:
     if os.environ.get("RUST_SRC_PATH"):
         candidates.append(os.environ["RUST_SRC_PATH"])
     try:
-        sysroot = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True,
-                                 check=True).stdout.strip()
+        sysroot = subprocess.run(
+            ["rustc", "--print", "sysroot"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         candidates.append(os.path.join(sysroot, "lib", "rustlib", "src", "rust", "library"))
     except (OSError, subprocess.CalledProcessError):
         pass
@@ -85,12 +86,16 @@ def ensure_system_packages() -> Path:
         wanted = [p for p in APT_PACKAGES if p != "rust-web-src" or find_rust_src() is None]
         if not apt_install(wanted):
             for p in _missing_debs(wanted):
-                log(f"warning: Debian package {p} is missing ({APT_PACKAGES[p]}); "
-                    f"install it with `sudo apt-get install {p}`")
+                log(
+                    f"warning: Debian package {p} is missing ({APT_PACKAGES[p]}); "
+                    f"install it with `sudo apt-get install {p}`"
+                )
     src = find_rust_src()
     if src is None:
-        raise SetupError("no Rust standard-library sources: run `rustup component add rust-src`, "
-                         "or on Debian `sudo apt-get install rust-web-src`")
+        raise SetupError(
+            "no Rust standard-library sources: run `rustup component add rust-src`, "
+            "or on Debian `sudo apt-get install rust-web-src`"
+        )
     return src
 
 
@@ -105,8 +110,9 @@ def evcxr_installed_version() -> str | None:
     if not evcxr_binary().is_file():
         return None
     try:
-        out = subprocess.run(["cargo", "install", "--list"], capture_output=True, text=True,
-                             timeout=60).stdout
+        out = subprocess.run(
+            ["cargo", "install", "--list"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in out.splitlines():
@@ -160,8 +166,9 @@ def kernel_env(rust_src: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
     path += [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p not in path]
     # libstd of the toolchain: evcxr moves each cell's library after rustc wrote a relative
     # RUNPATH for it, which then misses libstd when the build directory is under $HOME.
-    libstd = subprocess.run(["rustc", "--print", "target-libdir"], capture_output=True, text=True,
-                            check=True).stdout.strip()
+    libstd = subprocess.run(
+        ["rustc", "--print", "target-libdir"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     lib = [str(torch_lib_dir()), libstd]
     if os.environ.get("CONDA_PREFIX") or (Path(sys.prefix) / "conda-meta").is_dir():
         lib.append(str(Path(sys.prefix) / "lib"))
@@ -184,8 +191,15 @@ def write_kernelspecs(evcxr: Path, rust_src: Path) -> None:
     base = Path(kernels_dir())
     specs = {
         "rust": {
-            "argv": [sys.executable, "-m", "coursekit.slots", "--", str(evcxr), "--control_file",
-                     "{connection_file}"],
+            "argv": [
+                sys.executable,
+                "-m",
+                "coursekit.slots",
+                "--",
+                str(evcxr),
+                "--control_file",
+                "{connection_file}",
+            ],
             "display_name": "Rust",
             "language": "rust",
             "interrupt_mode": "message",

@@ -16,15 +16,8 @@ from ipykernel.kernelapp import IPKernelApp
 
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
+from .notebooks import LANGUAGE_INFO, split_python
 from .outputs import LOST, CellOutputs
-
-PYTHON_MAGIC = "%%python"
-
-
-def split_python(code: str) -> str | None:
-    """The Python body of a `%%python` cell, or None for a Rust cell."""
-    first, _, body = code.lstrip("\n").partition("\n")
-    return body if first.strip() == PYTHON_MAGIC else None
 
 
 def _rustc_version() -> str:
@@ -39,14 +32,7 @@ class RustPyTorchKernel(IPythonKernel):
     implementation = "coursekit-rust-pytorch"
     implementation_version = "1.0"
     banner = "Rust (evcxr) cells, with %%python cells for the PyTorch reference code"
-    language_info = {
-        "name": "Rust",
-        "version": _rustc_version(),
-        "mimetype": "text/rust",
-        "file_extension": ".rs",
-        "pygments_lexer": "rust",
-        "codemirror_mode": "rust",
-    }
+    language_info = dict(LANGUAGE_INFO, version=_rustc_version())
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -61,14 +47,24 @@ class RustPyTorchKernel(IPythonKernel):
         self._pending_bindings.append(values.rust_binding(name, value))
 
     # -- execution ----------------------------------------------------------------------
-    async def do_execute(self, code, silent, store_history=True, user_expressions=None,
-                         allow_stdin=False, *, cell_meta=None, cell_id=None):
+    async def do_execute(
+        self,
+        code,
+        silent,
+        store_history=True,
+        user_expressions=None,
+        allow_stdin=False,
+        *,
+        cell_meta=None,
+        cell_id=None,
+    ):
         body = split_python(code)
         if body is None:
             return await self._execute_rust(code, silent, store_history)
         self._pending_bindings.clear()
-        reply = await super().do_execute(body, silent, store_history, user_expressions,
-                                         allow_stdin, cell_meta=cell_meta, cell_id=cell_id)
+        reply = await super().do_execute(
+            body, silent, store_history, user_expressions, allow_stdin, cell_meta=cell_meta, cell_id=cell_id
+        )
         if reply["status"] == "ok" and self._pending_bindings:
             bindings, self._pending_bindings = "\n".join(self._pending_bindings), []
             error = await self._run_rust(bindings, silent=True)
@@ -96,8 +92,9 @@ class RustPyTorchKernel(IPythonKernel):
                 if out_type == "execute_result":
                     out = dict(out, execution_count=count)
                 if not silent or out_type == "stream" and out["name"] == "stderr":
-                    self.session.send(self.iopub_socket, out_type, out, parent=parent,
-                                      ident=self._topic(out_type))
+                    self.session.send(
+                        self.iopub_socket, out_type, out, parent=parent, ident=self._topic(out_type)
+                    )
 
         interrupted = False
 
@@ -111,13 +108,22 @@ class RustPyTorchKernel(IPythonKernel):
                 reply = await asyncio.wrap_future(self.rust.submit(self.rust.execute, code, emit, silent))
         except ChildRestarted as restarted:
             if restarted.reason == "interrupt" or interrupted:
-                return {"ename": "KeyboardInterrupt", "evalue": "interrupted: " + LOST,
-                        "traceback": ["KeyboardInterrupt: interrupted: " + LOST]}
-            return {"ename": "EvcxrCrash", "evalue": "evcxr stopped and was restarted: " + LOST,
-                    "traceback": ["EvcxrCrash: evcxr stopped and was restarted: " + LOST]}
+                return {
+                    "ename": "KeyboardInterrupt",
+                    "evalue": "interrupted: " + LOST,
+                    "traceback": ["KeyboardInterrupt: interrupted: " + LOST],
+                }
+            return {
+                "ename": "EvcxrCrash",
+                "evalue": "evcxr stopped and was restarted: " + LOST,
+                "traceback": ["EvcxrCrash: evcxr stopped and was restarted: " + LOST],
+            }
         except Exception as exc:  # evcxr could not start: say why, keep the kernel alive
-            return {"ename": type(exc).__name__, "evalue": f"the Rust kernel is unavailable: {exc}",
-                    "traceback": [f"Rust kernel unavailable: {exc!r}. Run `coursekit doctor`."]}
+            return {
+                "ename": type(exc).__name__,
+                "evalue": f"the Rust kernel is unavailable: {exc}",
+                "traceback": [f"Rust kernel unavailable: {exc!r}. Run `coursekit doctor`."],
+            }
         for name, text in outputs.shared.items():
             try:
                 self.shell.user_ns["rust"][name] = values.parse_debug(text)
@@ -127,8 +133,9 @@ class RustPyTorchKernel(IPythonKernel):
         return outputs.outcome(reply.get("status", "ok"), interrupted)
 
     def _fail(self, error: dict, count: int) -> dict:
-        self.session.send(self.iopub_socket, "error", error, parent=self.get_parent("shell"),
-                          ident=self._topic("error"))
+        self.session.send(
+            self.iopub_socket, "error", error, parent=self.get_parent("shell"), ident=self._topic("error")
+        )
         return {"status": "error", "execution_count": count, **error}
 
     @contextmanager
@@ -167,8 +174,13 @@ class RustPyTorchKernel(IPythonKernel):
         except Exception as exc:
             self.log.warning("%s failed: %s", msg_type, exc)
             if msg_type == "complete_request":
-                return {"status": "ok", "matches": [], "cursor_start": content["cursor_pos"],
-                        "cursor_end": content["cursor_pos"], "metadata": {}}
+                return {
+                    "status": "ok",
+                    "matches": [],
+                    "cursor_start": content["cursor_pos"],
+                    "cursor_end": content["cursor_pos"],
+                    "metadata": {},
+                }
             return {"status": "ok", "found": False, "data": {}, "metadata": {}}
 
     async def do_is_complete(self, code):

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 MARKER = "\x1ecoursekit "
 _PANIC = re.compile(
-    r"thread '[^']*'(?: \(\d+\))? panicked at [^\n]*:\n(?P<msg>.*?)(?:\nnote: run with `RUST_BACKTRACE|\nstack backtrace:|\Z)",
+    r"thread '[^']*'(?: \(\d+\))? panicked at [^\n]*:\n"
+    r"(?P<msg>.*?)(?:\nnote: run with `RUST_BACKTRACE|\nstack backtrace:|\Z)",
     re.S,
 )
 # evcxr forces RUST_BACKTRACE=1 on its runner; the frames of a cell are all <unknown>.
@@ -110,8 +111,11 @@ class CellOutputs:
             message = panic.group("msg").strip()
             return _error("RustPanic", message, ["Rust code panicked: " + message])
         if self.returned_error is not None:
-            return _error("RustError", self.returned_error,
-                          ["the cell returned an error with `?`: " + self.returned_error])
+            return _error(
+                "RustError",
+                self.returned_error,
+                ["the cell returned an error with `?`: " + self.returned_error],
+            )
         if reply_status == "error":
             return _error("EvcxrError", "evcxr reported an error without details", [])
         return None

@@ -15,6 +15,18 @@ fn share<T: std::fmt::Debug + ?Sized>(name: &str, value: &T) {
     coursekit_emit("share", name, &format!("{value:?}"));
 }
 
+/// Run `f`; if it panics, return the panic's message instead of printing it (for tests
+/// that check a function panics).
+fn catch_panic<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Option<String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(f);
+    std::panic::set_hook(hook);
+    let payload = result.err()?;
+    let text = payload.downcast_ref::<String>().cloned();
+    Some(text.or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())
+}
+
 /// Show HTML (a table, a styled message) in the cell's output.
 fn display_html(html: &str) {
     coursekit_emit("display", "text/html", html);

@@ -89,8 +89,10 @@ def prewarm_all() -> None:
     if not todo:
         print("[coursekit setup] frameworks already compiled (warm)", flush=True)
         return
-    print(f"[coursekit setup] compiling the frameworks: {len(todo)} steps; the first run takes many "
-          "minutes", flush=True)
+    print(
+        f"[coursekit setup] compiling the frameworks: {len(todo)} steps; the first run takes many minutes",
+        flush=True,
+    )
     with tqdm(todo, unit="step", dynamic_ncols=True) as bar:
         for slot, framework in bar:
             bar.set_description(f"{framework} (warm directory {slot})")

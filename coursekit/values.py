@@ -132,8 +132,7 @@ class SharedValues(dict):
             return self[name]
         except KeyError:
             raise AttributeError(
-                f"no Rust value named {name!r} was shared; in a Rust cell call "
-                f'share("{name}", &value) first'
+                f'no Rust value named {name!r} was shared; in a Rust cell call share("{name}", &value) first'
             ) from None
 
 

@@ -16,8 +16,7 @@ class KernelSession:
     """A running kernel; `run` executes one cell and returns (reply content, outputs)."""
 
     def __init__(self, name: str = "rust-pytorch", cwd: Path | None = None):
-        self.km, self.kc = start_new_kernel(kernel_name=name, startup_timeout=120,
-                                            cwd=str(cwd or ROOT))
+        self.km, self.kc = start_new_kernel(kernel_name=name, startup_timeout=120, cwd=str(cwd or ROOT))
 
     def run(self, code: str, timeout: float = 600) -> tuple[dict, list[tuple[str, dict]]]:
         msg_id = self.kc.execute(code)
@@ -61,3 +60,11 @@ def kernel():
     session = KernelSession()
     yield session
     session.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Notebook cells collected by nbval belong to the full tier, and each notebook runs on
+    one xdist worker (its cells share a kernel)."""
+    for item in items:
+        if type(item).__name__ == "IPyNbCell":
+            item.add_marker(pytest.mark.full)

@@ -7,7 +7,6 @@ import time
 
 import psutil
 import pytest
-
 from conftest import KernelSession
 
 pytestmark = pytest.mark.full
@@ -57,7 +56,7 @@ for i in 0..20 {
 
 def test_images_and_svg(kernel):
     png = bytes([137, 80, 78, 71, 13, 10, 26, 10, 0, 1, 2, 3, 254, 255])
-    reply, outputs = kernel.run(f"display_png(&{list(png)}); display_svg(\"<svg></svg>\");")
+    reply, outputs = kernel.run(f'display_png(&{list(png)}); display_svg("<svg></svg>");')
     data = [c["data"] for t, c in outputs if t == "display_data"]
     assert base64.b64decode(data[0]["image/png"]) == png
     assert data[1] == {"image/svg+xml": "<svg></svg>"}
@@ -82,7 +81,7 @@ def test_panic_is_an_error_and_keeps_variables(kernel):
 
 
 def test_failed_assert_in_a_test_cell_is_an_error(kernel):
-    reply, _ = kernel.run("assert_eq!(1 + 1, 3, \"arithmetic\");")
+    reply, _ = kernel.run('assert_eq!(1 + 1, 3, "arithmetic");')
     assert reply["ename"] == "RustPanic" and "arithmetic" in reply["evalue"]
 
 
@@ -214,8 +213,10 @@ def test_values_cross_between_languages(kernel):
         "%%python\nimport math\nprint(rust.losses[:2], math.isnan(rust.losses[2]), rust.stats, rust['label'])"
     )
     assert out == "[0.5, 0.25] True {'mean': 1.5, 'n': 3} cat\n"
-    kernel.run('%%python\nimport numpy as np\nto_rust("weights", np.arange(6, dtype="float32").reshape(2, 3))\n'
-               'to_rust("epochs", 3)\nto_rust("names", ["a", "b"])')
+    kernel.run(
+        '%%python\nimport numpy as np\nto_rust("weights", np.arange(6, dtype="float32").reshape(2, 3))\n'
+        'to_rust("epochs", 3)\nto_rust("names", ["a", "b"])'
+    )
     out = kernel.stdout('println!("{:?} {:?} {} {:?}", weights, weights_shape, epochs + 1, names);')
     assert out == '[0.0, 1.0, 2.0, 3.0, 4.0, 5.0] [2, 3] 4 ["a", "b"]\n'
 
@@ -236,11 +237,16 @@ def test_widget_comm_round_trip(kernel):
     comm_id = None
     while comm_id is None:
         msg = kernel.kc.get_iopub_msg(timeout=30)
-        if msg["msg_type"] == "comm_open" and msg["content"]["data"]["state"].get("_model_name") == "IntSliderModel":
+        if (
+            msg["msg_type"] == "comm_open"
+            and msg["content"]["data"]["state"].get("_model_name") == "IntSliderModel"
+        ):
             comm_id = msg["content"]["comm_id"]
     kernel.reply(msg_id)
-    update = kernel.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
-        "method": "update", "state": {"value": 7}, "buffer_paths": []}})
+    update = kernel.kc.session.msg(
+        "comm_msg",
+        {"comm_id": comm_id, "data": {"method": "update", "state": {"value": 7}, "buffer_paths": []}},
+    )
     kernel.kc.shell_channel.send(update)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -1,0 +1,83 @@
+"""The course's notebook files: cell languages, metadata, and regenerating outputs.
+
+`python -m coursekit run NOTEBOOK...` executes notebooks in the rust-pytorch kernel and
+saves their outputs, cleaned of execution noise, so that diffs stay reviewable and the
+test suite (nbval) can check that every committed output is reproduced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+PYTHON_MAGIC = "%%python"
+KERNELSPEC = {"name": "rust-pytorch", "display_name": "Rust + PyTorch", "language": "rust"}
+LANGUAGE_INFO = {
+    "name": "Rust",
+    "mimetype": "text/rust",
+    "file_extension": ".rs",
+    "pygments_lexer": "rust",
+    "codemirror_mode": "rust",
+}
+# Cell tags the course uses: an expected error (a deliberately failing example), and
+# outputs that are truly nondeterministic (timings).
+RAISES = "raises-exception"
+IGNORE_OUTPUT = "nbval-ignore-output"
+
+
+def split_python(code: str) -> str | None:
+    """The Python body of a `%%python` cell, or None for a Rust cell."""
+    first, _, body = code.lstrip("\n").partition("\n")
+    return body if first.strip() == PYTHON_MAGIC else None
+
+
+def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Drop what changes on every run but says nothing: execution timestamps, widget
+    state, the kernel's version number."""
+    nb.metadata.pop("widgets", None)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = dict(LANGUAGE_INFO)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("collapsed", None)
+        cell.metadata.pop("scrolled", None)
+        if cell.cell_type == "code":
+            for out in cell.outputs:
+                out.get("metadata", {}).pop("execution", None)
+    return nb
+
+
+def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom in its directory and save it with its new outputs."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name=KERNELSPEC["name"],
+        resources={"metadata": {"path": str(Path(path).parent)}},
+    )
+    client.execute()
+    nbformat.write(clean(nb), path)
+    return nb
+
+
+def show_versions(*frameworks: str) -> None:
+    """Print what this notebook runs with: Python, torch, rustc, evcxr and the framework pins.
+    Every course notebook calls it in its first cells."""
+    import platform
+    import subprocess
+
+    import torch
+
+    from . import pins
+
+    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.split()
+    print(
+        f"Python {platform.python_version()} · torch {torch.__version__.split('+')[0]} · "
+        f"rustc {rustc[1] if len(rustc) > 1 else '?'} · evcxr_jupyter {pins.evcxr_version()}"
+    )
+    for fw in frameworks:
+        print(f"{fw}: " + " · ".join(pins.dep_lines(fw)))

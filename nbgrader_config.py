@@ -1,0 +1,46 @@
+"""nbgrader configuration of the course: solutions/ is the instructor's source, exercises/
+the generated student release. Rust cells get a `todo!()` stub, `%%python` cells a Python
+one (coursekit.nbgrader_ext)."""
+
+from nbgrader.preprocessors import (
+    CheckCellMetadata,
+    ClearHiddenTests,
+    ClearMarkScheme,
+    ClearOutput,
+    ComputeChecksums,
+    IncludeHeaderFooter,
+    InstantiateTests,
+    LockCells,
+    SaveCells,
+)
+
+from coursekit.nbgrader_ext import ClearSolutions
+
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+c.CourseDirectory.course_id = "rust-for-pytorch"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "exercises"
+
+c.ClearSolutions.code_stub = {
+    "rust": "// YOUR CODE HERE\ntodo!()",
+    "python": "# YOUR CODE HERE\nraise NotImplementedError()",
+}
+c.GenerateAssignment.preprocessors = [
+    IncludeHeaderFooter,
+    InstantiateTests,
+    LockCells,
+    ClearSolutions,
+    ClearOutput,
+    CheckCellMetadata,
+    ComputeChecksums,
+    SaveCells,
+    ClearHiddenTests,
+    ClearMarkScheme,
+    ComputeChecksums,
+    CheckCellMetadata,
+]
+
+# A framework notebook's first cell may compile for minutes on a cold machine.
+c.Execute.timeout = 900
+c.Execute.startup_timeout = 180

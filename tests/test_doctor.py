@@ -1,0 +1,52 @@
+"""`coursekit doctor` on this set-up machine, and with pieces broken on purpose."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def doctor(**env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "coursekit", "doctor"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
+
+
+def test_doctor_passes_on_a_set_up_machine():
+    result = doctor()
+    assert result.returncode == 0, result.stdout
+    assert "all good" in result.stdout
+
+
+def test_doctor_reports_missing_evcxr_with_fix(tmp_path):
+    result = doctor(CARGO_HOME=str(tmp_path))
+    assert result.returncode == 1
+    assert "FAIL  evcxr_jupyter missing" in result.stdout
+    assert "cargo install --locked evcxr_jupyter --version 0.22.0" in result.stdout
+
+
+def test_doctor_reports_a_shadowing_kernelspec(tmp_path):
+    shadow = tmp_path / "kernels" / "rust"
+    shadow.mkdir(parents=True)
+    (shadow / "kernel.json").write_text(
+        json.dumps({"argv": ["false"], "display_name": "x", "language": "rust"})
+    )
+    result = doctor(JUPYTER_PATH=str(tmp_path))
+    assert result.returncode == 1
+    assert "FAIL  kernelspec rust at " + str(shadow) in result.stdout
+    assert "jupyter kernelspec remove rust" in result.stdout
+
+
+def test_doctor_reports_a_cold_cache(tmp_path):
+    result = doctor(XDG_CACHE_HOME=str(tmp_path))
+    assert result.returncode == 1
+    assert "FAIL  frameworks prewarmed (cold: tch in directory 0" in result.stdout

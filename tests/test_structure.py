@@ -1,0 +1,123 @@
+"""Layout, notebook validity and pins (the quick tier)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import nbformat
+import pytest
+import tomllib
+import yaml
+from conftest import ROOT
+
+from coursekit import pins
+from coursekit.notebooks import KERNELSPEC, LANGUAGE_INFO, clean
+
+NOTEBOOKS = sorted(
+    p
+    for d in ("course", "exercises", "solutions")
+    for p in (ROOT / d).rglob("*.ipynb")
+    if ".ipynb_checkpoints" not in p.parts
+)
+
+
+def test_layout():
+    for path in (
+        "course",
+        "exercises",
+        "solutions",
+        "tests",
+        "binder",
+        "coursekit",
+        "README.md",
+        "environment.yml",
+        "nbgrader_config.py",
+        "Makefile",
+        ".ci/run",
+        "pyproject.toml",
+        "requirements.txt",
+        "constraints.txt",
+        "DEVELOPERS.md",
+    ):
+        assert (ROOT / path).exists(), path
+    assert (ROOT / "course" / "00_welcome.ipynb").is_file()
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_is_valid_with_course_kernel(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec == KERNELSPEC
+    assert nb.metadata.language_info == LANGUAGE_INFO
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_is_clean(path):
+    """No execution timestamps, widget state or other run-to-run noise in the diffs."""
+    nb = nbformat.read(path, as_version=4)
+    assert nbformat.writes(clean(nbformat.read(path, as_version=4))) == nbformat.writes(nb)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_shows_pinned_versions_first(path):
+    """:dep lines are exactly the pins and sit in the first code cell; the first cells print
+    the versions the notebook runs with, including each framework it uses."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    deps = [line for line in code[0].splitlines() if line.startswith(":dep")]
+    all_deps = [line for c in code for line in c.splitlines() if line.startswith(":dep")]
+    assert all_deps == deps, f"{path}: :dep lines belong in the first code cell only"
+    used = [fw for fw in pins.frameworks() if set(pins.dep_lines(fw)) & set(deps)]
+    assert sorted(sum((pins.dep_lines(fw) for fw in used), [])) == sorted(deps), (
+        f"{path}: :dep lines differ from coursekit/pins.toml"
+    )
+    call = re.search(r"show_versions\(([^)]*)\)", "\n".join(code[:2]))
+    assert call, f"{path}: one of the first two code cells must call show_versions(...)"
+    assert sorted(re.findall(r'"(\w+)"', call.group(1))) == sorted(used)
+
+
+def test_requirements_are_exact_and_locked():
+    locked = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)$", line.strip())
+        if m:
+            locked[m.group(1).lower().replace("_", "-")] = m.group(2)
+    for name, version in pins.python_requirements().items():
+        assert locked.get(name.replace("_", "-")) == version, f"{name} differs in constraints.txt"
+
+
+def test_torch_pin_matches_tch():
+    torch = pins.frameworks()["tch"]["torch"]
+    assert pins.python_requirements()["torch"] == torch
+    for env in ("environment.yml", "binder/environment.yml"):
+        deps = yaml.safe_load((ROOT / env).read_text())["dependencies"]
+        assert f"pytorch-cpu={torch}" in deps, env
+
+
+def test_conda_environments_agree():
+    root = yaml.safe_load((ROOT / "environment.yml").read_text())["dependencies"]
+    binder = yaml.safe_load((ROOT / "binder" / "environment.yml").read_text())["dependencies"]
+    assert [d for d in root if isinstance(d, str)] == [d for d in binder if isinstance(d, str)]
+    root_pip = [d for d in root if isinstance(d, dict)][0]["pip"]
+    binder_pip = [d for d in binder if isinstance(d, dict)][0]["pip"]
+    assert [p.replace("../", "").replace("..", ".") for p in binder_pip] == root_pip
+    assert "-r requirements.txt" in root_pip and "-c constraints.txt" in root_pip
+
+
+def test_pins_toml_is_complete():
+    data = tomllib.loads((ROOT / "coursekit" / "pins.toml").read_text())
+    assert set(data["frameworks"]) == {"tch", "candle", "burn", "dfdx"}
+    for fw, spec in data["frameworks"].items():
+        assert spec["deps"] and spec["smoke"], fw
+        for dep in spec["deps"]:
+            assert re.search(r'"=\d+\.\d+\.\d+"', dep), f"{dep}: pin the exact version with ="
+
+
+def test_shell_scripts_parse():
+    for script in ("binder/postBuild", "binder/start", ".ci/run"):
+        subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
