@@ -58,6 +58,13 @@ def _lab(args) -> int:
     os.execv(sys.executable, cmd)
 
 
+def _bench(args) -> int:
+    from .bench import bench
+
+    print(bench(with_setup=args.setup, frameworks=args.framework))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="coursekit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,5 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("lab", help="start JupyterLab on the course")
     p.add_argument("--port", type=int, default=8888)
     p.set_defaults(func=_lab)
+    p = sub.add_parser("bench", help="measure compile times and cell latencies (bench/results.md)")
+    p.add_argument("--setup", action="store_true", help="also time a whole set-up on a fresh HOME")
+    p.add_argument("--framework", action="append", help="only these frameworks (repeatable)")
+    p.set_defaults(func=_bench)
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

@@ -143,12 +143,15 @@ def evcxr_config_dir(prelude: bool) -> Path:
 
 def write_evcxr_config() -> None:
     init = f":cache {pins.pins()['evcxr']['cache_mib']}\n"
+    prelude_crate = pins.PACKAGE / "prelude"
     for prelude in (False, True):
         d = evcxr_config_dir(prelude)
         d.mkdir(parents=True, exist_ok=True)
-        (d / "init.evcxr").write_text(init)
         if prelude:
+            (d / "init.evcxr").write_text(init + f':dep coursekit_prelude = {{ path = "{prelude_crate}" }}\n')
             shutil.copyfile(pins.PACKAGE / "prelude.rs", d / "prelude.rs")
+        else:
+            (d / "init.evcxr").write_text(init)
 
 
 def torch_lib_dir() -> Path:

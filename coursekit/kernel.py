@@ -6,10 +6,13 @@ Start it with `python -m coursekit.kernel -f CONNECTION_FILE` (its kernelspec do
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import subprocess
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
@@ -18,6 +21,16 @@ from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
 from .notebooks import LANGUAGE_INFO, split_python
 from .outputs import LOST, CellOutputs
+
+
+def first_cell_deps(notebook: str) -> list[str]:
+    """The `:dep` lines of a notebook's first code cell (none if it cannot be read)."""
+    try:
+        cells = json.loads(Path(notebook).read_text())["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    code = next(("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code"), "")
+    return [line for line in code.splitlines() if line.startswith(":dep ")]
 
 
 def _rustc_version() -> str:
@@ -37,9 +50,27 @@ class RustPyTorchKernel(IPythonKernel):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.rust = EvcxrChild(self.log)
+        self._warm_up(os.environ.get("JPY_SESSION_NAME", ""))
         self._pending_bindings: list[str] = []
         self.shell.user_ns["rust"] = values.SharedValues()
         self.shell.user_ns["to_rust"] = self._to_rust
+
+    def _warm_up(self, notebook: str) -> None:
+        """Load the notebook's crates while the learner reads its first cells.
+
+        jupyter_server names the notebook a kernel serves (JPY_SESSION_NAME). Its first code
+        cell's `:dep` lines are run in evcxr now, silently, and a variable is defined and
+        dropped so that evcxr's analyzer indexes the crates too; when the learner runs that
+        cell, evcxr finds it all done. Only `:dep` lines are run, never the learner's code.
+        """
+        self.warmed = None
+        deps = first_cell_deps(notebook)
+        if deps:
+            code = "\n".join(deps) + "\nlet coursekit_warm_up = String::new();"
+            self.rust.submit(self.rust.execute, code, lambda *_: None, True)
+            self.warmed = self.rust.submit(
+                self.rust.execute, "drop(coursekit_warm_up);", lambda *_: None, True
+            )
 
     # -- Python -> Rust ---------------------------------------------------------------
     def _to_rust(self, name: str, value) -> None:

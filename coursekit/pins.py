@@ -25,9 +25,14 @@ def evcxr_version() -> str:
     return pins()["evcxr"]["version"]
 
 
-def dep_lines(framework: str) -> list[str]:
-    """The `:dep` lines a notebook of this framework starts with."""
-    return [f":dep {dep}" for dep in frameworks()[framework]["deps"]]
+def crates() -> dict[str, dict]:
+    """Frameworks and the extra crates, by name."""
+    return {**frameworks(), **pins().get("extras", {})}
+
+
+def dep_lines(name: str) -> list[str]:
+    """The `:dep` lines a notebook using this framework (or extra crate) starts with."""
+    return [f":dep {dep}" for dep in crates()[name]["deps"]]
 
 
 @cache

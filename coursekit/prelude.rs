@@ -1,74 +1,26 @@
-// Loaded by evcxr at start-up (it is EVCXR_CONFIG_DIR/prelude.rs) in the course kernels.
-// Output helpers travel as single marker lines on stdout, so the rust-pytorch kernel
-// can turn them into Jupyter messages in the order the cell produced them.
-
-fn coursekit_emit(kind: &str, arg: &str, body: &str) {
-    use std::io::Write;
-    let body = body.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r");
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "\u{1e}coursekit {kind} {arg} {body}");
-    let _ = out.flush();
-}
-
-/// Make `value` available to `%%python` cells as `rust.<name>` (or `rust["name"]`).
-fn share<T: std::fmt::Debug + ?Sized>(name: &str, value: &T) {
-    coursekit_emit("share", name, &format!("{value:?}"));
-}
-
-/// Run `f`; if it panics, return the panic's message instead of printing it (for tests
-/// that check a function panics).
-fn catch_panic<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Option<String> {
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let result = std::panic::catch_unwind(f);
-    std::panic::set_hook(hook);
-    let payload = result.err()?;
-    let text = payload.downcast_ref::<String>().cloned();
-    Some(text.or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())
-}
-
-/// Show HTML (a table, a styled message) in the cell's output.
-fn display_html(html: &str) {
-    coursekit_emit("display", "text/html", html);
-}
-
-/// Show an SVG picture in the cell's output.
-fn display_svg(svg: &str) {
-    coursekit_emit("display", "image/svg+xml", svg);
-}
-
-/// Show PNG bytes as a picture in the cell's output.
-fn display_png(png: &[u8]) {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut b64 = String::with_capacity(png.len() * 4 / 3 + 4);
-    for chunk in png.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        for i in 0..4 {
-            let c = if i <= chunk.len() { ABC[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' };
-            b64.push(c);
-        }
-    }
-    coursekit_emit("display", "image/png", &b64);
-}
+// Loaded by evcxr at start-up in the course kernel (EVCXR_CONFIG_DIR/prelude.rs). The
+// helpers live in the coursekit_prelude crate (compiled once); only the macros, which must
+// be defined in the cell's own crate, are here.
+use coursekit_prelude::{catch_panic, display_html, display_png, display_svg, share};
 
 // evcxr reports an error that `?` returned from a cell with `eprintln!("{}", error)` in its
 // generated code: that one exact form is marked as the cell's error.
 #[allow(unused_macros)]
 macro_rules! coursekit_eprint_ident {
-    ($f:literal, error, $v:ident) => { $crate::coursekit_emit("error", "-", &format!(concat!($f, "\n"), $v)) };
-    ($f:literal, $other:ident, $v:ident) => { $crate::coursekit_emit("stderr", "-", &format!(concat!($f, "\n"), $v)) };
+    ($f:literal, error, $v:ident) => { coursekit_prelude::emit("error", "-", &format!(concat!($f, "\n"), $v)) };
+    ($f:literal, $other:ident, $v:ident) => { coursekit_prelude::emit("stderr", "-", &format!(concat!($f, "\n"), $v)) };
 }
 
 // eprint!/eprintln! go through the same ordered channel as println! and come out as stderr.
 #[allow(unused_macros)]
 macro_rules! eprint {
-    ($($arg:tt)*) => { $crate::coursekit_emit("stderr", "-", &format!($($arg)*)) };
+    ($($arg:tt)*) => { coursekit_prelude::emit("stderr", "-", &format!($($arg)*)) };
 }
 #[allow(unused_macros)]
 macro_rules! eprintln {
     ("{}", $e:ident) => { coursekit_eprint_ident!("{}", $e, $e) };
     ("{:?}", $e:ident) => { coursekit_eprint_ident!("{:?}", $e, $e) };
     ("{:#?}", $e:ident) => { coursekit_eprint_ident!("{:#?}", $e, $e) };
-    () => { $crate::coursekit_emit("stderr", "-", "\n") };
-    ($($arg:tt)*) => { $crate::coursekit_emit("stderr", "-", &format!("{}\n", format!($($arg)*))) };
+    () => { coursekit_prelude::emit("stderr", "-", "\n") };
+    ($($arg:tt)*) => { coursekit_prelude::emit("stderr", "-", &format!("{}\n", format!($($arg)*))) };
 }

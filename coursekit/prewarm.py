@@ -24,9 +24,14 @@ CELL_TIMEOUT_S = 3600
 
 
 def warm_key(framework: str) -> str:
+    """Names everything a warm build depends on: pins, evcxr, rustc, the course's evcxr
+    configuration and the prelude crate."""
     rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout
-    init = (evcxr_config_dir(prelude=False) / "init.evcxr").read_text()
-    spec = json.dumps([pins.frameworks()[framework], pins.evcxr_version(), rustc, init], sort_keys=True)
+    config = evcxr_config_dir(prelude=True)
+    prelude = pins.PACKAGE / "prelude"
+    sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text(), slots.CARGO_CONFIG]
+    sources += [p.read_text() for p in sorted(prelude.rglob("*")) if p.is_file() and "target" not in p.parts]
+    spec = json.dumps([pins.frameworks()[framework], pins.evcxr_version(), rustc, sources], sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
@@ -48,12 +53,12 @@ def _mark_warm(slot: int, framework: str) -> None:
 
 
 def run_cells(cells: list[str], slot: int | None = None, timeout: float = CELL_TIMEOUT_S) -> list[str]:
-    """Run cells in a plain `rust` kernel (in warm directory `slot`); return each cell's stdout.
-    Raises SetupError on the first error."""
+    """Run cells in the course kernel (its evcxr in warm directory `slot`); return each cell's
+    stdout. Raises SetupError on the first error."""
     env = dict(os.environ)
     if slot is not None:
         env["COURSEKIT_SLOT"] = str(slot)
-    km, kc = start_new_kernel(kernel_name="rust", startup_timeout=120, env=env)
+    km, kc = start_new_kernel(kernel_name="rust-pytorch", startup_timeout=120, env=env)
     try:
         results = []
         for code in cells:

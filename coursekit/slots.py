@@ -1,12 +1,17 @@
 """Warm build directories for evcxr kernels.
 
 evcxr builds each session's code in a fresh temporary directory, so every new kernel
-re-runs the build scripts of its crates (for tch: a C++ compile of minutes). A kernel
-started through `python -m coursekit.slots -- evcxr_jupyter ...` instead takes the first
-free directory of a small pool (EVCXR_TMPDIR), locked for as long as that evcxr process
-lives; the setup's prewarm step builds every framework once in each directory, so a
-kernel's first cell only compiles the cell itself. When every directory is taken the
-kernel gets a private temporary one (slower, but correct).
+re-runs the build scripts of its crates (for tch: a C++ compile) and relinks everything. A
+kernel started through `python -m coursekit.slots -- evcxr_jupyter ...` instead takes the
+first free directory of a pool (EVCXR_TMPDIR), locked for as long as that evcxr process
+lives. The setup's prewarm step builds every framework in the first POOL_SIZE directories;
+a kernel that finds them all busy takes the next one (built from evcxr's dependency cache
+on first use, warm afterwards).
+
+The pool's cargo configuration compiles each cell's own crate without optimisation (the
+frameworks, which do the numerical work, stay at opt-level 2): Burn's and DFDX's generic
+code is instantiated in the cell's crate, and optimising it made a small Burn cell take
+5.0 s instead of 2.2 s (bench/results.md has the current figures).
 """
 
 from __future__ import annotations
@@ -17,6 +22,14 @@ import sys
 from pathlib import Path
 
 POOL_SIZE = int(os.environ.get("COURSEKIT_SLOTS", "2"))
+MAX_SLOTS = 64
+CARGO_CONFIG = """\
+# Written by coursekit (slots.py): cells compile fast, dependencies run fast.
+[profile.dev]
+opt-level = 0
+[profile.dev.package."*"]
+opt-level = 2
+"""
 
 
 def pool_dir() -> Path:
@@ -24,12 +37,19 @@ def pool_dir() -> Path:
     return Path(base) / "coursekit" / "evcxr-slots"
 
 
-def acquire(pool: Path | None = None, size: int = POOL_SIZE, only: int | None = None):
-    """Lock the first free slot (or wait for slot `only`): (its directory, the locked fd),
-    or None if all are busy."""
+def ensure_pool(pool: Path | None = None) -> Path:
     pool = pool or pool_dir()
-    pool.mkdir(parents=True, exist_ok=True)
-    for n in range(size) if only is None else [only]:
+    config = pool / ".cargo" / "config.toml"
+    if not config.is_file() or config.read_text() != CARGO_CONFIG:
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(CARGO_CONFIG)
+    return pool
+
+
+def acquire(pool: Path | None = None, only: int | None = None) -> tuple[Path, int]:
+    """Lock the first free slot (or wait for slot `only`): its directory and the locked fd."""
+    pool = ensure_pool(pool)
+    for n in range(MAX_SLOTS) if only is None else [only]:
         slot = pool / f"slot-{n}"
         slot.mkdir(exist_ok=True)
         fd = os.open(slot / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -39,7 +59,7 @@ def acquire(pool: Path | None = None, size: int = POOL_SIZE, only: int | None = 
             os.close(fd)
             continue
         return slot, fd
-    return None
+    raise RuntimeError(f"all {MAX_SLOTS} evcxr build directories in {pool} are busy")
 
 
 def main(argv: list[str]) -> None:
@@ -48,11 +68,9 @@ def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m coursekit.slots -- COMMAND [ARGS...]")
     only = os.environ.pop("COURSEKIT_SLOT", None)  # the prewarm step picks its directory
-    taken = acquire(only=int(only) if only else None)
-    if taken:
-        slot, fd = taken
-        os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process
-        os.environ["EVCXR_TMPDIR"] = str(slot)
+    slot, fd = acquire(only=int(only) if only else None)
+    os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process
+    os.environ["EVCXR_TMPDIR"] = str(slot)
     os.execvp(argv[0], argv)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 from pathlib import Path
@@ -15,8 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 class KernelSession:
     """A running kernel; `run` executes one cell and returns (reply content, outputs)."""
 
-    def __init__(self, name: str = "rust-pytorch", cwd: Path | None = None):
-        self.km, self.kc = start_new_kernel(kernel_name=name, startup_timeout=120, cwd=str(cwd or ROOT))
+    def __init__(self, name: str = "rust-pytorch", cwd: Path | None = None, env: dict | None = None):
+        self.km, self.kc = start_new_kernel(
+            kernel_name=name, startup_timeout=120, cwd=str(cwd or ROOT), env={**os.environ, **(env or {})}
+        )
 
     def run(self, code: str, timeout: float = 600) -> tuple[dict, list[tuple[str, dict]]]:
         msg_id = self.kc.execute(code)

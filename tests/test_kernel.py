@@ -254,3 +254,25 @@ def test_widget_comm_round_trip(kernel):
             return
         time.sleep(0.2)
     pytest.fail("the widget never received the front end's update")
+
+
+def test_warm_up_loads_the_notebooks_crates_in_the_background(tmp_path):
+    """In JupyterLab the kernel knows its notebook (JPY_SESSION_NAME): it runs the first
+    cell's :dep lines before the learner does, and nothing else."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(':dep anyhow = "=1.0.105"')])
+    path = tmp_path / "lesson.ipynb"
+    nbformat.write(nb, path)
+    session = KernelSession(env={"JPY_SESSION_NAME": str(path)})
+    try:
+        assert session.stdout("%%python\nprint(get_ipython().kernel.warmed is not None)") == "True\n"
+        session.stdout("%%python\nget_ipython().kernel.warmed.result(timeout=600)")
+        started = time.monotonic()
+        reply, _ = session.run(':dep anyhow = "=1.0.105"')
+        assert reply["status"] == "ok"
+        assert time.monotonic() - started < 3, "the :dep cell should find the crate already loaded"
+        assert session.stdout('println!("{}", anyhow::anyhow!("loaded"));') == "loaded\n"
+        assert session.run("coursekit_warm_up")[0]["ename"] == "CompileError"
+    finally:
+        session.close()

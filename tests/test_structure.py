@@ -72,7 +72,7 @@ def test_notebook_shows_pinned_versions_first(path):
     deps = [line for line in code[0].splitlines() if line.startswith(":dep")]
     all_deps = [line for c in code for line in c.splitlines() if line.startswith(":dep")]
     assert all_deps == deps, f"{path}: :dep lines belong in the first code cell only"
-    used = [fw for fw in pins.frameworks() if set(pins.dep_lines(fw)) & set(deps)]
+    used = [name for name in pins.crates() if set(pins.dep_lines(name)) & set(deps)]
     assert sorted(sum((pins.dep_lines(fw) for fw in used), [])) == sorted(deps), (
         f"{path}: :dep lines differ from coursekit/pins.toml"
     )
