@@ -1,9 +1,11 @@
-"""The `coursekit` command."""
+"""coursekit: the tooling of the Rust-for-PyTorch-developers course."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 
 def _setup(args) -> int:
@@ -24,8 +26,6 @@ def _doctor(args) -> int:
 
 
 def _run(args) -> int:
-    from pathlib import Path
-
     from .notebooks import execute
 
     for path in args.notebooks:
@@ -35,27 +35,27 @@ def _run(args) -> int:
 
 
 def _lab(args) -> int:
-    import os
-
     from .pins import ROOT
 
     url = "lab/tree/course/00_welcome.ipynb"
     print(
-        f"[coursekit] starting JupyterLab on {ROOT / 'course'}; open the http://127.0.0.1:{args.port}/"
-        f"{url}?token=... address it prints below",
+        f"[coursekit] starting JupyterLab on {ROOT / 'course'}: open the http://127.0.0.1:{args.port}/"
+        f"{url}?token=... address printed below",
         flush=True,
     )
-    cmd = [
+    os.execv(
         sys.executable,
-        "-m",
-        "jupyter",
-        "lab",
-        "--no-browser",
-        f"--port={args.port}",
-        f"--ServerApp.root_dir={ROOT}",
-        f"--LabApp.default_url=/{url}",
-    ]
-    os.execv(sys.executable, cmd)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            f"--port={args.port}",
+            f"--ServerApp.root_dir={ROOT}",
+            f"--LabApp.default_url=/{url}",
+        ],
+    )
 
 
 def _bench(args) -> int:
@@ -65,23 +65,90 @@ def _bench(args) -> int:
     return 0
 
 
+def _check(args) -> int:
+    from .check import check
+
+    return check(Path(args.notebook), hints=args.hints, color=sys.stdout.isatty())
+
+
+def _progress(args) -> int:
+    from .progress import table
+
+    print(table())
+    return 0
+
+
+def _next(args) -> int:
+    from .exercises import exercise_path
+    from .pins import ROOT
+    from .progress import next_task
+
+    task = next_task()
+    if task is None:
+        print("All tasks pass. Well done.")
+        return 0
+    print(f"{exercise_path(task).relative_to(ROOT)}: task {task.id} — {task.title}")
+    print(f"then: coursekit check {exercise_path(task).relative_to(ROOT)}")
+    return 0
+
+
+def _solution(args) -> int:
+    from .exercises import find
+    from .progress import done
+
+    try:
+        task = find(args.task)
+    except KeyError as exc:
+        print(exc.args[0], file=sys.stderr)
+        return 2
+    if not done(task) and not args.force:
+        print(f"{task.key} has not passed `coursekit check` yet; solve it first (or add --force).")
+        return 1
+    print(f"# reference solution of {task.key} ({task.title})\n{task.solution}")
+    return 0
+
+
+def _grade(args) -> int:
+    from .grade import grade
+
+    records = grade(Path(args.submissions), Path(args.out), jobs=args.jobs, sandboxed=not args.no_sandbox)
+    errors = [r for r in records if r.error]
+    print(f"graded {len(records)} notebook(s) ({len(errors)} with errors) -> {Path(args.out) / 'grades.csv'}")
+    return 0
+
+
+COMMANDS = {
+    "setup": (_setup, "install and configure what the course needs (idempotent)"),
+    "doctor": (_doctor, "check every piece and print each problem with its fix"),
+    "lab": (_lab, "start JupyterLab on the course"),
+    "run": (_run, "execute notebooks in place and save their cleaned outputs"),
+    "bench": (_bench, "measure compile times and cell latencies (bench/results.md)"),
+    "check": (_check, "run an exercise's visible and hidden tests, task by task"),
+    "progress": (_progress, "which exercises and tasks you have done"),
+    "next": (_next, "the next unsolved task"),
+    "solution": (_solution, "a task's reference solution, once the task passes"),
+    "grade": (_grade, "autograde a folder (or LMS zips) of submissions, sandboxed and in parallel"),
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="coursekit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("setup", help="install and configure what the course needs (idempotent)")
-    p.add_argument("--no-prewarm", action="store_true", help="skip compiling the frameworks")
-    p.set_defaults(func=_setup)
-    p = sub.add_parser("doctor", help="check every piece and print each problem with its fix")
-    p.set_defaults(func=_doctor)
-    p = sub.add_parser("run", help="execute notebooks in place and save their cleaned outputs")
-    p.add_argument("notebooks", nargs="+")
-    p.set_defaults(func=_run)
-    p = sub.add_parser("lab", help="start JupyterLab on the course")
-    p.add_argument("--port", type=int, default=8888)
-    p.set_defaults(func=_lab)
-    p = sub.add_parser("bench", help="measure compile times and cell latencies (bench/results.md)")
-    p.add_argument("--setup", action="store_true", help="also time a whole set-up on a fresh HOME")
-    p.add_argument("--framework", action="append", help="only these frameworks (repeatable)")
-    p.set_defaults(func=_bench)
+    p = {name: sub.add_parser(name, help=text) for name, (_, text) in COMMANDS.items()}
+    for name, (func, _) in COMMANDS.items():
+        p[name].set_defaults(func=func)
+    p["setup"].add_argument("--no-prewarm", action="store_true", help="skip compiling the frameworks")
+    p["lab"].add_argument("--port", type=int, default=8888)
+    p["run"].add_argument("notebooks", nargs="+")
+    p["bench"].add_argument("--setup", action="store_true", help="also time a whole set-up on a fresh HOME")
+    p["bench"].add_argument("--framework", action="append", help="only these frameworks (repeatable)")
+    p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")
+    p["check"].add_argument("--hints", action="store_true", help="show every task's hint")
+    p["solution"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")
+    p["solution"].add_argument("--force", action="store_true", help="show it even if the task does not pass")
+    p["grade"].add_argument("submissions", help="folder of STUDENT/ASSIGNMENT/*.ipynb and/or *.zip")
+    p["grade"].add_argument("--out", default="grading", help="output folder (default: grading/)")
+    p["grade"].add_argument("--jobs", type=int, help="parallel jobs (default: the number of cores)")
+    p["grade"].add_argument("--no-sandbox", action="store_true", help="trusted notebooks only")
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

@@ -33,6 +33,8 @@ opt-level = 2
 
 
 def pool_dir() -> Path:
+    if os.environ.get("COURSEKIT_POOL"):  # set inside a grading sandbox
+        return Path(os.environ["COURSEKIT_POOL"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "coursekit" / "evcxr-slots"
 
@@ -40,14 +42,15 @@ def pool_dir() -> Path:
 def ensure_pool(pool: Path | None = None) -> Path:
     pool = pool or pool_dir()
     config = pool / ".cargo" / "config.toml"
-    if not config.is_file() or config.read_text() != CARGO_CONFIG:
+    if not (config.is_file() and config.read_text() == CARGO_CONFIG):
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(CARGO_CONFIG)
     return pool
 
 
-def acquire(pool: Path | None = None, only: int | None = None) -> tuple[Path, int]:
-    """Lock the first free slot (or wait for slot `only`): its directory and the locked fd."""
+def acquire(pool: Path | None = None, only: str | None = None) -> tuple[Path, int]:
+    """Lock the first free slot (or wait for the slot named `only`): its directory and the
+    locked fd."""
     pool = ensure_pool(pool)
     for n in range(MAX_SLOTS) if only is None else [only]:
         slot = pool / f"slot-{n}"
@@ -68,7 +71,7 @@ def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m coursekit.slots -- COMMAND [ARGS...]")
     only = os.environ.pop("COURSEKIT_SLOT", None)  # the prewarm step picks its directory
-    slot, fd = acquire(only=int(only) if only else None)
+    slot, fd = acquire(only=only)
     os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process
     os.environ["EVCXR_TMPDIR"] = str(slot)
     os.execvp(argv[0], argv)

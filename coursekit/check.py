@@ -1,0 +1,52 @@
+"""`coursekit check NOTEBOOK`: grade a learner's exercise notebook with its visible and
+hidden tests, task by task, as the instructor's grader would (without the sandbox: it is
+the learner's own code on the learner's machine)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from . import exercises, progress
+from .grade import Submission, Templates, run_job
+
+GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
+
+
+def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
+    notebook = notebook.resolve()
+    assignment = notebook.parent.name
+    tasks = [t for t in exercises.all_tasks() if t.assignment == assignment and t.notebook == notebook.name]
+    if not tasks:
+        print(f"{notebook} is not an exercise notebook of this course (exercises/ASSIGNMENT/NAME.ipynb)")
+        return 2
+    print(f"checking {assignment}/{notebook.name} (visible and hidden tests) ...", flush=True)
+    with tempfile.TemporaryDirectory(prefix="coursekit-check-") as work:
+        record = run_job(
+            Submission("you", assignment, notebook.name, notebook),
+            Templates(Path(work)),
+            Path(work),
+            sandboxed=False,
+        )
+    g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
+    for note in record.notes:
+        print(f"  {d}note: {note}{e}")
+    if record.error:
+        print(f"  {r}{record.error}{e}")
+    results = {}
+    for task in tasks:
+        scores = [record.tasks.get(t, [0.0, 0.0, None]) for t in task.tests]
+        ok = bool(scores) and all(s[0] == s[1] for s in scores) and not record.error
+        results[task.key] = ok
+        got = sum(s[0] for s in scores)
+        mark = f"{g}PASS{e}" if ok else f"{r}FAIL{e}"
+        print(f"  {mark} {task.id:28} {got:g}/{task.points:g}  {task.title}")
+        for test, s in zip(task.tests, scores, strict=True):
+            if s[0] != s[1] and s[2]:
+                print(f"       {test}: {s[2].splitlines()[0][:300]}")
+        if task.hint and (hints or not ok):
+            print(f"       {d}hint: {task.hint}{e}")
+    progress.save_results(results)
+    passed = sum(results.values())
+    print(f"{passed}/{len(results)} tasks pass; score {record.score:g}/{record.max_score:g}")
+    return 0 if passed == len(results) else 1
