@@ -43,19 +43,19 @@ def _lab(args) -> int:
         f"{url}?token=... address printed below",
         flush=True,
     )
-    os.execv(
+    cmd = [
         sys.executable,
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "lab",
-            "--no-browser",
-            f"--port={args.port}",
-            f"--ServerApp.root_dir={ROOT}",
-            f"--LabApp.default_url=/{url}",
-        ],
-    )
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        f"--port={args.port}",
+        f"--ServerApp.root_dir={ROOT}",
+        f"--LabApp.default_url=/{url}",
+    ]
+    if os.geteuid() == 0:  # containers and CI machines run as root
+        cmd.append("--allow-root")
+    os.execv(sys.executable, cmd)
 
 
 def _bench(args) -> int:
@@ -117,6 +117,12 @@ def _grade(args) -> int:
     return 0
 
 
+def _cheatsheet(args) -> int:
+    from .cheatsheet import run
+
+    return run(args)
+
+
 COMMANDS = {
     "setup": (_setup, "install and configure what the course needs (idempotent)"),
     "doctor": (_doctor, "check every piece and print each problem with its fix"),
@@ -128,6 +134,7 @@ COMMANDS = {
     "next": (_next, "the next unsolved task"),
     "solution": (_solution, "a task's reference solution, once the task passes"),
     "grade": (_grade, "autograde a folder (or LMS zips) of submissions, sandboxed and in parallel"),
+    "cheatsheet": (_cheatsheet, "regenerate or check the PyTorch → Rust cheat-sheet (course/02_tensors)"),
 }
 
 
@@ -150,5 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     p["grade"].add_argument("--out", default="grading", help="output folder (default: grading/)")
     p["grade"].add_argument("--jobs", type=int, help="parallel jobs (default: the number of cores)")
     p["grade"].add_argument("--no-sandbox", action="store_true", help="trusted notebooks only")
+    from .cheatsheet import add_arguments as cheatsheet_arguments
+
+    cheatsheet_arguments(p["cheatsheet"])
     args = parser.parse_args(argv)
     sys.exit(args.func(args))

@@ -38,8 +38,8 @@ import nbformat
 from . import pins, sandbox, slots, submission
 from .pins import ROOT
 
-CELL_TIMEOUT_S = 120
-NOTEBOOK_TIMEOUT_S = 900
+CELL_TIMEOUT_S = int(os.environ.get("COURSEKIT_CELL_TIMEOUT", "120"))
+NOTEBOOK_TIMEOUT_S = int(os.environ.get("COURSEKIT_NOTEBOOK_TIMEOUT", "900"))
 DISK_LIMIT_BYTES = 2 * 2**30
 GRADE_SLOT = "grade"
 

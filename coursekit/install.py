@@ -228,11 +228,20 @@ def write_kernelspecs(evcxr: Path, rust_src: Path) -> None:
             shutil.copyfile(pins.PACKAGE / "logos" / logo, d / logo)
 
 
+def write_lab_settings() -> None:
+    """JupyterLab defaults for the course: no news pop-up, no update check."""
+    d = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings"
+    d.mkdir(parents=True, exist_ok=True)
+    overrides = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+    (d / "overrides.json").write_text(json.dumps(overrides, indent=1) + "\n")
+
+
 def setup(prewarm: bool = True) -> None:
     rust_src = ensure_system_packages()
     evcxr = ensure_evcxr()
     write_evcxr_config()
     write_kernelspecs(evcxr, rust_src)
+    write_lab_settings()
     if prewarm:
         from .prewarm import prewarm_all  # noqa: PLC0415
 
