@@ -18,6 +18,8 @@ _PANIC = re.compile(
     r"(?P<msg>.*?)(?:\nnote: run with `RUST_BACKTRACE|\nstack backtrace:|\Z)",
     re.S,
 )
+# Rust prints the OS thread id in a panic's first line; it changes from run to run.
+_THREAD_ID = re.compile(r"(thread '[^']*') \(\d+\)(?= panicked at)")
 # evcxr forces RUST_BACKTRACE=1 on its runner; the frames of a cell are all <unknown>.
 _BACKTRACE_START = "stack backtrace:\n"
 _BACKTRACE_END = "note: Some details are omitted"
@@ -52,7 +54,7 @@ class CellOutputs:
 
     def _drop_backtrace(self, text: str) -> str:
         kept = []
-        for line in _lines(text):
+        for line in _lines(_THREAD_ID.sub(r"\1", text)):
             if line == _BACKTRACE_START:
                 self.in_backtrace = True
             elif not self.in_backtrace:

@@ -99,6 +99,7 @@ def test_panic_becomes_an_error_without_backtrace():
     )
     shown = out.translate(*stream("stderr", text))
     assert "stack backtrace" not in shown[0][1]["text"]
+    assert shown[0][1]["text"].startswith("thread '<unnamed>' panicked at src/lib.rs:3:1:\n")
     error = out.outcome("ok", interrupted=False)
     assert error["ename"] == "RustPanic"
     assert error["evalue"] == "assertion `left == right` failed\n  left: 1\n right: 2"

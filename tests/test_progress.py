@@ -1,0 +1,76 @@
+"""The learner's side: `coursekit check`, `progress`, `next` and `solution`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from coursekit import exercises
+
+NOTEBOOK = "01_values_moves_clone.ipynb"
+
+
+def coursekit(*args, state, timeout=900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COURSEKIT_STATE": str(state)}
+    return subprocess.run(
+        [sys.executable, "-m", "coursekit", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_task_ids_are_unique_per_assignment():
+    keys = [t.key for t in exercises.all_tasks()]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    assert all(t.tests and t.hint for t in exercises.all_tasks())
+
+
+def test_solution_is_withheld_until_the_task_passes(tmp_path):
+    state = tmp_path / "state.json"
+    refused = coursekit("solution", "01_rust/scale", state=state)
+    assert refused.returncode == 1 and "has not passed" in refused.stdout
+    forced = coursekit("solution", "01_rust/scale", "--force", state=state)
+    assert forced.returncode == 0 and "t.data.iter_mut()" in forced.stdout
+    assert coursekit("solution", "no_such_task", state=state).returncode == 2
+
+
+@pytest.mark.full
+def test_check_then_progress_next_and_solution(tmp_path):
+    state = tmp_path / "state.json"
+    work = tmp_path / "01_rust"
+    work.mkdir()
+    mine = work / NOTEBOOK
+    shutil.copy(ROOT / "exercises" / "01_rust" / NOTEBOOK, mine)
+
+    unsolved = coursekit("check", str(mine), state=state)
+    assert unsolved.returncode == 1
+    assert "FAIL scale" in unsolved.stdout and "not yet implemented" in unsolved.stdout
+    assert "hint: " in unsolved.stdout  # hints come after a failure
+    assert "0/4 tasks pass" in unsolved.stdout
+
+    shutil.copy(ROOT / "solutions" / "01_rust" / NOTEBOOK, mine)
+    solved = coursekit("check", str(mine), state=state)
+    assert solved.returncode == 0, solved.stdout
+    assert "4/4 tasks pass" in solved.stdout and "hint: " not in solved.stdout
+    with_hints = coursekit("check", str(mine), "--hints", state=state)
+    assert with_hints.stdout.count("hint: ") == 4
+
+    recorded = json.loads(state.read_text())["tasks"]
+    assert all(
+        recorded[f"01_rust/{t}"]["passed"] for t in ("scale", "split_batch", "parameter_clone", "reshape")
+    )
+    progress = coursekit("progress", state=state)
+    assert f"01_rust/{NOTEBOOK}" in progress.stdout and "4/4" in progress.stdout
+    nxt = coursekit("next", state=state)
+    first_other = next(t for t in exercises.all_tasks() if t.notebook != NOTEBOOK)
+    assert f"task {first_other.id}" in nxt.stdout
+    assert coursekit("solution", "01_rust/scale", state=state).returncode == 0
