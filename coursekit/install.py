@@ -183,6 +183,9 @@ def kernel_env(rust_src: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
         "LIBTORCH_USE_PYTORCH": "1",
         "LD_LIBRARY_PATH": os.pathsep.join(lib),
         "RUST_BACKTRACE": "0",
+        # evcxr sets RUST_BACKTRACE=1 for the code it runs; this keeps error values (anyhow's,
+        # Candle's) free of backtraces, whose frames change from run to run.
+        "RUST_LIB_BACKTRACE": "0",
     }
     if shutil.which("ccache"):
         env["CC"] = "ccache cc"

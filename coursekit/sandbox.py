@@ -229,6 +229,8 @@ class SandboxedKernelManager(KernelManager):
         self.connection_file = str(runtime / f"kernel-{os.getpid()}-{id(self)}.json")
 
     def format_kernel_cmd(self, extra_arguments=None):
+        # A signal cannot reach into the sandbox's PID namespace: interrupt with a message.
+        self.kernel_spec.interrupt_mode = "message"
         cmd = super().format_kernel_cmd(extra_arguments)
         return [sys.executable, "-m", "coursekit.sandbox", os.environ["COURSEKIT_JOB"], "--", *cmd]
 

@@ -59,7 +59,9 @@ def repair(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode):
 
     cells = list(extras.get(None, []))
     order = [_grade_id(c) for c in released.cells]
-    seen = [gid for gid in (_grade_id(c) for c in submitted.get("cells", [])) if gid in order]
+    seen = [
+        gid for gid in (_grade_id(c) for c in submitted.get("cells", [])) if gid is not None and gid in order
+    ]
     if seen != [gid for gid in order if gid in seen]:
         notes.append("cells were moved: they were put back in the exercise's order")
     for ref in released.cells:

@@ -21,10 +21,10 @@ pub fn share<T: std::fmt::Debug + ?Sized>(name: &str, value: &T) {
 
 /// Run `f`; if it panics, return the panic's message instead of printing it (for tests
 /// that check a function panics).
-pub fn catch_panic<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Option<String> {
+pub fn catch_panic<R>(f: impl FnOnce() -> R) -> Option<String> {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let result = std::panic::catch_unwind(f);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     std::panic::set_hook(hook);
     let payload = result.err()?;
     let text = payload.downcast_ref::<String>().cloned();
