@@ -201,7 +201,10 @@ def _messages(nb: nbformat.NotebookNode) -> dict[str, str]:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         for out in cell.get("outputs", []):
             if gid and out.get("output_type") == "error":
-                found[gid] = f"{out.get('ename')}: {out.get('evalue')}".strip()
+                evalue = out.get("evalue") or (
+                    f"no result within {CELL_TIMEOUT_S} s" if "Timeout" in str(out.get("ename")) else ""
+                )
+                found[gid] = f"{out.get('ename')}: {evalue}".strip()
     return found
 
 

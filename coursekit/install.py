@@ -235,7 +235,9 @@ def write_lab_settings() -> None:
     """JupyterLab defaults for the course: no news pop-up, no update check."""
     d = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings"
     d.mkdir(parents=True, exist_ok=True)
-    overrides = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+    overrides = {
+        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}
+    }
     (d / "overrides.json").write_text(json.dumps(overrides, indent=1) + "\n")
 
 

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jupyter_client.manager import KernelManager
+from jupyter_client.manager import AsyncKernelManager
 
 from . import slots
 
@@ -217,7 +217,7 @@ def remove_cgroups(name: str) -> None:
             d.rmdir()
 
 
-class SandboxedKernelManager(KernelManager):
+class SandboxedKernelManager(AsyncKernelManager):
     """Starts the notebook's kernel inside the job's sandbox (COURSEKIT_JOB), over IPC."""
 
     def __init__(self, **kwargs):
