@@ -177,6 +177,46 @@ def bench_kernel_overhead(rounds: int = 15) -> dict:
     return result
 
 
+def bench_grading(scratch: Path, students: int = 8) -> dict:
+    """Grading throughput on one batch (a Part 1 exercise, half solved, half not): plain
+    sequential `nbgrader autograde` (no sandbox) against `coursekit grade` (sandboxed, one
+    job per core)."""
+    import nbformat
+
+    from . import grade
+
+    assignment, notebook = "01_rust", "01_values_moves_clone.ipynb"
+    subs = scratch / "submissions"
+    for i in range(students):
+        src = ROOT / ("solutions" if i % 2 else "exercises") / assignment / notebook
+        nb = nbformat.read(src, as_version=4)
+        dest = subs / f"student{i}" / assignment / notebook
+        dest.parent.mkdir(parents=True)
+        nbformat.write(nb, dest)
+    course = scratch / "nbgrader-course"
+    (course / "solutions" / assignment).mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / assignment / notebook, course / "solutions" / assignment / notebook)
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(subs, course / "submitted")
+    grade._nbgrader(course, ["generate_assignment", assignment, "--force"], {}, timeout=600)
+    started = time.monotonic()
+    result = grade._nbgrader(course, ["autograde", assignment, "--force"], {}, timeout=7200)
+    sequential = time.monotonic() - started
+    if result.returncode:
+        raise RuntimeError(f"nbgrader autograde failed: {result.stdout[-1000:]}")
+    started = time.monotonic()
+    grade.grade(subs, scratch / "graded", progress=False)
+    parallel = time.monotonic() - started
+    return {
+        "students": students,
+        "jobs": os.cpu_count(),
+        "nbgrader_s": sequential,
+        "coursekit_s": parallel,
+        "nbgrader_per_min": students / sequential * 60,
+        "coursekit_per_min": students / parallel * 60,
+    }
+
+
 def bench_setup(scratch: Path) -> float:
     """`make setup` in a fresh clone with a fresh HOME (empty pip, cargo and evcxr caches)."""
     clone = scratch / "clone"
@@ -223,7 +263,7 @@ def machine() -> str:
     )
 
 
-def write_results(frameworks: dict, overhead: dict, setup_s: float | None) -> Path:
+def write_results(frameworks: dict, overhead: dict, grading: dict | None, setup_s: float | None) -> Path:
     out = ROOT / "bench" / "results.md"
     out.parent.mkdir(exist_ok=True)
     lines = [
@@ -281,6 +321,22 @@ def write_results(frameworks: dict, overhead: dict, setup_s: float | None) -> Pa
         "",
         f"Overhead: {overhead['overhead'] * 100:+.1f}% on three dependency-free Rust cells (goal ≤ 5%).",
     ]
+    if grading:
+        g = grading
+        lines += [
+            "",
+            "## Grading throughput",
+            "",
+            "| grader | time for the batch | submissions per minute |",
+            "|---|---|---|",
+            f"| `nbgrader autograde`, sequential, no sandbox | {g['nbgrader_s']:.0f} s | "
+            f"{g['nbgrader_per_min']:.2f} |",
+            f"| `coursekit grade`, sandboxed, {g['jobs']} jobs | {g['coursekit_s']:.0f} s | "
+            f"{g['coursekit_per_min']:.2f} |",
+            "",
+            f"{g['students']} submissions of `01_rust/01_values_moves_clone` (half solved). "
+            f"Speed-up: {g['nbgrader_s'] / g['coursekit_s']:.2f}× (goal ≥ 2×).",
+        ]
     if setup_s is not None:
         lines += [
             "",
@@ -292,7 +348,13 @@ def write_results(frameworks: dict, overhead: dict, setup_s: float | None) -> Pa
     out.write_text("\n".join(lines) + "\n")
     (out.with_suffix(".json")).write_text(
         json.dumps(
-            {"machine": machine(), "frameworks": frameworks, "kernel_overhead": overhead, "setup_s": setup_s},
+            {
+                "machine": machine(),
+                "frameworks": frameworks,
+                "kernel_overhead": overhead,
+                "grading": grading,
+                "setup_s": setup_s,
+            },
             indent=1,
         )
         + "\n"
@@ -310,8 +372,10 @@ def bench(with_setup: bool = False, frameworks: list[str] | None = None) -> Path
             print(f"[bench] {fw}: {rows[fw]}", flush=True)
         print("[bench] kernel overhead ...", flush=True)
         overhead = bench_kernel_overhead()
+        print("[bench] grading throughput ...", flush=True)
+        grading = bench_grading(scratch)
         setup_s = bench_setup(scratch) if with_setup else None
-        return write_results(rows, overhead, setup_s)
+        return write_results(rows, overhead, grading, setup_s)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -135,6 +135,8 @@ c.Execute.startup_timeout = 180
 c.Execute.interrupt_on_timeout = True
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 100
+c.Execute.iopub_timeout = 30
+c.Execute.raise_on_iopub_timeout = False  # a flood of output must not stop the grading
 """
 
 
@@ -227,13 +229,16 @@ def run_job(
     except submission.InvalidSubmission as exc:
         record.error = str(exc)
         _zero_tasks(record)
+        if feedback_dir is not None:
+            _feedback(record, None, sub, feedback_dir)
         return record
     template = templates.get(sub.assignment, sub.notebook)
     released = nbformat.read(template / "exercises" / sub.assignment / sub.notebook, as_version=4)
     repaired, record.notes = submission.repair(submitted, released)
 
     job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=workdir))
-    job = sandbox.Job(job_dir, slots.pool_dir() / f"slot-{GRADE_SLOT}", limits or sandbox.Limits())
+    runtime = Path(tempfile.mkdtemp(prefix="ck-"))
+    job = sandbox.Job(job_dir, runtime, slots.pool_dir() / f"slot-{GRADE_SLOT}", limits or sandbox.Limits())
     course = job_dir / "course"
     try:
         (course / "submitted" / sub.student / sub.assignment).mkdir(parents=True)
@@ -246,7 +251,8 @@ def run_job(
             env = {
                 "COURSEKIT_JOB": str(job_dir),
                 "COURSEKIT_TEMPLATE": str(job.slot_path),
-                "JUPYTER_RUNTIME_DIR": str(job.run / "runtime"),
+                "COURSEKIT_RUNTIME": str(runtime),
+                "JUPYTER_RUNTIME_DIR": str(runtime),
             }
         (course / "nbgrader_config.py").write_text(config)
         nbformat.write(repaired, course / "submitted" / sub.student / sub.assignment / sub.notebook)
@@ -263,6 +269,7 @@ def run_job(
     finally:
         sandbox.remove_cgroups(job_dir.name)
         shutil.rmtree(job_dir, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)
     record.seconds = round(time.monotonic() - started, 1)
     return record
 
@@ -358,11 +365,11 @@ def _read_scores(record: Record, course: Path, sub: Submission) -> None:
     record.max_score = sum(t[1] for t in record.tasks.values())
 
 
-def _feedback(record: Record, course: Path, sub: Submission, feedback_dir: Path) -> None:
+def _feedback(record: Record, course: Path | None, sub: Submission, feedback_dir: Path) -> None:
     dest = feedback_dir / sub.student / sub.assignment / (Path(sub.notebook).stem + ".html")
     dest.parent.mkdir(parents=True, exist_ok=True)
     html = ""
-    if record.tasks and not record.error:
+    if course is not None and record.tasks and not record.error:
         result = _nbgrader(
             course,
             ["generate_feedback", sub.assignment, "--student", sub.student, "--force"],
@@ -447,6 +454,7 @@ def grade(src: Path, out: Path, jobs: int | None = None, sandboxed: bool = True,
     """Grade every submission under `src` into `out`; return the records of this run."""
     from tqdm import tqdm
 
+    src, out = src.resolve(), out.resolve()  # jobs run in other working directories
     out.mkdir(parents=True, exist_ok=True)
     work = out / ".work"
     shutil.rmtree(work, ignore_errors=True)

@@ -22,6 +22,8 @@ from .evcxr_child import ChildRestarted, EvcxrChild
 from .notebooks import LANGUAGE_INFO, split_python
 from .outputs import LOST, CellOutputs
 
+PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
+
 
 def first_cell_deps(notebook: str) -> list[str]:
     """The `:dep` lines of a notebook's first code cell (none if it cannot be read)."""
@@ -161,7 +163,10 @@ class RustPyTorchKernel(IPythonKernel):
             except ValueError as exc:
                 self.log.warning("shared value %s not understood: %s", name, exc)
                 self.shell.user_ns["rust"][name] = text
-        return outputs.outcome(reply.get("status", "ok"), interrupted)
+        error = outputs.outcome(reply.get("status", "ok"), interrupted)
+        if error and error["evalue"].endswith(LOST):  # a fresh process runs the cells now
+            await asyncio.wrap_future(self.rust.submit(self.rust.execute, PANIC_HOOK, lambda *_: None, True))
+        return error
 
     def _fail(self, error: dict, count: int) -> dict:
         self.session.send(

@@ -2,7 +2,8 @@
 
 - Marker lines the prelude prints on stdout (`\\x1ecoursekit KIND ARG BODY`) become
   stderr streams, display_data or shared values, in the order the cell printed them.
-- A panic, which evcxr reports only as stderr text with status "ok", becomes an error;
+- A panic, which evcxr reports only as stderr text with status "ok" (or, in the course
+  kernel, the prelude's panic hook as an execute_result of PANIC_MIME), becomes an error;
   so does an error that `?` returned from the cell (evcxr prints it to stderr).
 - evcxr's errors (always ename "Error") get names that say what happened.
 """
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 MARKER = "\x1ecoursekit "
+PANIC_MIME = "application/x-coursekit-panic"  # the prelude's panic hook reports through it
 _PANIC = re.compile(
     r"thread '[^']*'(?: \(\d+\))? panicked at [^\n]*:\n"
     r"(?P<msg>.*?)(?:\nnote: run with `RUST_BACKTRACE|\nstack backtrace:|\Z)",
@@ -44,6 +46,12 @@ class CellOutputs:
         if msg_type == "error":
             self.errors.append(content)
             return []  # published once the cell is over, with a clear name
+        if msg_type == "execute_result" and PANIC_MIME in content.get("data", {}):
+            data = dict(content["data"])
+            text = _unescape(data.pop(PANIC_MIME).strip("\n"))
+            self.stderr += text
+            out = [("stream", {"name": "stderr", "text": text})]
+            return out + [(msg_type, dict(content, data=data))] if data else out
         if msg_type != "stream":
             return [(msg_type, content)]
         if content["name"] == "stderr":

@@ -3,6 +3,10 @@
 // be defined in the cell's own crate, are here.
 use coursekit_prelude::{catch_panic, display_html, display_png, display_svg, share};
 
+// Panics reach the kernel before evcxr says the cell is done (the kernel runs this again
+// after evcxr restarted the process that runs the cells).
+coursekit_prelude::install_panic_hook();
+
 // evcxr reports an error that `?` returned from a cell with `eprintln!("{}", error)` in its
 // generated code: that one exact form is marked as the cell's error.
 #[allow(unused_macros)]

@@ -48,17 +48,24 @@ class Limits:
 
 @dataclass
 class Job:
-    """A sandbox's files: `run/runtime` (mounted read-write at its own path: the connection
-    file and the kernel's sockets) and `slot/` (the evcxr build directory, mounted where its
-    template lives). Home, working directory and /tmp are size-capped tmpfs."""
+    """A sandbox's files: `runtime` (mounted read-write at its own path: the connection file
+    and the kernel's sockets; a short path, as a Unix socket's path is limited to 107
+    bytes) and `root/slot` (the evcxr build directory, mounted where its template lives).
+    Home, working directory and /tmp are size-capped tmpfs."""
 
     root: Path
+    runtime: Path
     template: Path | None = None  # a warm evcxr build directory to clone
     limits: Limits = field(default_factory=Limits)
 
-    @property
-    def run(self) -> Path:
-        return self.root / "run"
+    @classmethod
+    def from_env(cls) -> Job:
+        template = os.environ.get("COURSEKIT_TEMPLATE")
+        return cls(
+            Path(os.environ["COURSEKIT_JOB"]),
+            Path(os.environ["COURSEKIT_RUNTIME"]),
+            Path(template) if template else None,
+        )
 
     @property
     def slot(self) -> Path:
@@ -100,8 +107,12 @@ def clone_template(job: Job) -> None:
 
 
 def _ro(path: str | Path) -> list[str]:
-    path = str(path)
-    return ["--ro-bind", path, path] if os.path.exists(path) else []
+    """Read-only at its own path and, if a symlink leads elsewhere, at its real path too
+    (the kernelspecs name the real paths)."""
+    if not os.path.exists(path):
+        return []
+    paths = dict.fromkeys([str(path), os.path.realpath(path)])
+    return [arg for p in paths for arg in ("--ro-bind", p, p)]
 
 
 HOME = "/sandbox/home"
@@ -115,7 +126,7 @@ def bwrap_argv(job: Job, argv: list[str], env: dict[str, str]) -> list[str]:
     package = Path(__file__).resolve().parent
     slot_path = job.slot_path
     pool = slot_path.parent
-    runtime = job.run / "runtime"  # the connection file and the kernel's sockets
+    runtime = job.runtime
     runtime.mkdir(parents=True, exist_ok=True)
     cmd = [
         "bwrap",
@@ -222,7 +233,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        runtime = Job(Path(os.environ["COURSEKIT_JOB"])).run / "runtime"
+        runtime = Job.from_env().runtime
         runtime.mkdir(parents=True, exist_ok=True)
         self.transport = "ipc"
         self.ip = str(runtime / "kernel")
@@ -239,8 +250,8 @@ def main(argv: list[str]) -> None:
     """`python -m coursekit.sandbox JOB_DIR -- KERNEL ARGV`: exec the kernel in the sandbox."""
     job_dir, sep, *cmd = argv
     assert sep == "--", "usage: python -m coursekit.sandbox JOB_DIR -- COMMAND..."
-    template = os.environ.get("COURSEKIT_TEMPLATE")
-    job = Job(Path(job_dir), Path(template) if template else None)
+    job = Job.from_env()
+    assert Path(job_dir) == job.root, "the job directory and COURSEKIT_JOB differ"
     full = bwrap_argv(job, cmd, dict(os.environ))
     apply_limits(job)
     os.execvpe("bwrap", full, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import time
 
 import psutil
@@ -77,7 +78,17 @@ def test_panic_is_an_error_and_keeps_variables(kernel):
     assert reply["evalue"] == "tensor shape mismatch: 2 vs 3"
     assert errors(outputs)[-1]["ename"] == "RustPanic"
     assert "stack backtrace" not in "".join(text for _, text in streams(outputs))
+    assert_reported_in_order(outputs, "tensor shape mismatch: 2 vs 3")
     assert kernel.stdout('println!("{:?}", kept);') == "[1, 2, 3]\n"
+
+
+def assert_reported_in_order(outputs, message):
+    """The panic's report is one stderr message before the error: the prelude's panic hook
+    sent it through evcxr's content channel, not stderr (whose lines can come late)."""
+    (report,) = [text for name, text in streams(outputs) if "panicked at" in text]
+    header = r"thread '<unnamed>' panicked at src/lib\.rs:\d+:\d+:\n"
+    assert re.fullmatch(header + re.escape(message) + "\n", report)
+    assert outputs[-1][0] == "error"
 
 
 def test_failed_assert_in_a_test_cell_is_an_error(kernel):
@@ -106,6 +117,9 @@ def test_process_exit_restarts_rust_state():
         reply, _ = session.run("lost")
         assert reply["ename"] == "CompileError"
         assert session.stdout('println!("{}", double(21));') == "42\n"
+        reply, outputs = session.run('panic!("after the restart");')
+        assert reply["ename"] == "RustPanic"
+        assert_reported_in_order(outputs, "after the restart")
     finally:
         session.close()
 

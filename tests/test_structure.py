@@ -121,3 +121,37 @@ def test_pins_toml_is_complete():
 def test_shell_scripts_parse():
     for script in ("binder/postBuild", "binder/start", ".ci/run"):
         subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
+
+
+def _code(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _is_python(cell) -> bool:
+    return cell.source.lstrip().startswith("%%python")
+
+
+PART1 = sorted((ROOT / "course" / "01_rust_for_pytorch").glob("*.ipynb"))
+PART2 = sorted((ROOT / "course" / "02_tensors").glob("0[1-4]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", PART1, ids=lambda p: p.name)
+def test_part1_lesson_shape(path):
+    """At least 6 runnable Rust cells, a deliberately failing example, a closing table."""
+    nb = nbformat.read(path, as_version=4)
+    rust = [c for c in _code(nb) if not _is_python(c) and not c.source.startswith(":dep")]
+    runnable = [c for c in rust if "raises-exception" not in c.metadata.get("tags", [])]
+    assert len(runnable) >= 6
+    assert any("raises-exception" in c.metadata.get("tags", []) for c in rust)
+    assert any("↔" in c.source and "|---" in c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("path", PART2, ids=lambda p: p.name)
+def test_part2_every_rust_cell_follows_its_pytorch_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    code = _code(nb)
+    assert len(PART2) == 4
+    for before, cell in zip(code, code[1:], strict=False):
+        if not _is_python(cell):
+            assert _is_python(before), f"a Rust cell without its PyTorch cell before it: {cell.source[:80]!r}"
+    assert any("↔" in c.source and "|---" in c.source for c in nb.cells if c.cell_type == "markdown")

@@ -5,6 +5,7 @@ between (one as a folder, one as an LMS zip)."""
 from __future__ import annotations
 
 import csv
+import os
 import re
 import shutil
 import subprocess
@@ -34,17 +35,24 @@ def test_workshop_guide_end_to_end(tmp_path):
     commands = guide_commands()
     assert any("generate_assignment" in c for c in commands) and any("coursekit grade" in c for c in commands)
 
-    for command in commands:
-        if "coursekit grade" in command:  # step 3 of the guide: collect the students' work
-            released = repo / "exercises" / "01_rust" / "01_values_moves_clone.ipynb"
-            folder = repo / "submissions" / "ada" / "01_rust"
-            folder.mkdir(parents=True)
-            shutil.copy(released, folder / released.name)
-            solved = nbformat.read(repo / "solutions" / "01_rust" / released.name, as_version=4)
-            with zipfile.ZipFile(repo / "submissions" / "grace_attempt_1.zip", "w") as z:
-                z.writestr(released.name, nbformat.writes(solved))
-        result = subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True, timeout=3600)
-        assert result.returncode == 0, f"{command}\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+    # Step 3 of the guide, done first (it needs only committed files): the students' work,
+    # one as a folder of the released notebook, one solved as an LMS zip.
+    released = repo / "exercises" / "01_rust" / "01_values_moves_clone.ipynb"
+    folder = repo / "submissions" / "ada" / "01_rust"
+    folder.mkdir(parents=True)
+    shutil.copy(released, folder / released.name)
+    solved = nbformat.read(repo / "solutions" / "01_rust" / released.name, as_version=4)
+    with zipfile.ZipFile(repo / "submissions" / "grace_attempt_1.zip", "w") as z:
+        z.writestr(released.name, nbformat.writes(solved))
+
+    # The block runs as an instructor's shell would: one session, nothing of .venv on PATH.
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if ".venv" not in p]
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {"PATH": os.pathsep.join(path)}
+    script = "set -euo pipefail\n" + "\n".join(commands)
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=3600
+    )
+    assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
 
     for nb in (ROOT / "exercises" / "01_rust").glob("*.ipynb"):  # step 1 reproduces the release
         assert (repo / "exercises" / "01_rust" / nb.name).read_text() == nb.read_text()

@@ -8,15 +8,46 @@ use std::io::Write;
 /// Print one marker line `\x1ecoursekit KIND ARG BODY` (BODY escaped onto one line).
 #[doc(hidden)]
 pub fn emit(kind: &str, arg: &str, body: &str) {
-    let body = body.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r");
+    let body = escape(body);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "\u{1e}coursekit {kind} {arg} {body}");
     let _ = out.flush();
 }
 
+fn escape(body: &str) -> String {
+    body.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r")
+}
+
 /// Make `value` available to `%%python` cells as `rust.<name>` (or `rust["name"]`).
 pub fn share<T: std::fmt::Debug + ?Sized>(name: &str, value: &T) {
     emit("share", name, &format!("{value:?}"));
+}
+
+/// The MIME type under which a panic's report reaches the kernel.
+#[doc(hidden)]
+pub const PANIC_MIME: &str = "application/x-coursekit-panic";
+
+/// Report panics as evcxr "content" (which evcxr collects before it says the cell is done)
+/// instead of on stderr (which evcxr relays from another thread, so a panic's text could
+/// arrive after the cell ended). The kernel shows the text as stderr and fails the cell.
+#[doc(hidden)]
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("<unnamed>");
+        let payload = info.payload();
+        let msg = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+            (Some(s), _) => s.to_string(),
+            (_, Some(s)) => s.clone(),
+            _ => "Box<dyn Any>".to_string(),
+        };
+        let at = info.location().map(|l| format!(" at {l}")).unwrap_or_default();
+        let text = format!("thread '{name}' panicked{at}:\n{msg}\n");
+        let body = escape(&text);
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "EVCXR_BEGIN_CONTENT {PANIC_MIME}\n{body}\nEVCXR_END_CONTENT\n");
+        let _ = out.flush();
+    }));
 }
 
 /// Run `f`; if it panics, return the panic's message instead of printing it (for tests
