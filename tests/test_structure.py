@@ -155,3 +155,12 @@ def test_part2_every_rust_cell_follows_its_pytorch_cell(path):
         if not _is_python(cell):
             assert _is_python(before), f"a Rust cell without its PyTorch cell before it: {cell.source[:80]!r}"
     assert any("↔" in c.source and "|---" in c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "DEVELOPERS.md", "course/02_tensors/cheatsheet.md"])
+def test_local_links_and_images_exist(doc):
+    text = (ROOT / doc).read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    missing = [t for t in local if not ((ROOT / doc).parent / t).exists()]
+    assert not missing, f"{doc} links to missing files: {missing}"
