@@ -5,7 +5,8 @@ build directory, its default linker), the compile with the dependency cache but 
 build directory, and — with the course's settings (warm build directory) — the first cells
 after opening a notebook and the median latency of small cells. Then the overhead of the
 rust-pytorch kernel over the bare evcxr kernel on the same Rust cells, and the course's
-settings against evcxr's defaults. `--setup` also times the whole set-up on a fresh HOME.
+settings against evcxr's defaults. `--setup` also times the whole set-up on a fresh HOME;
+`--only PART` measures one part again and keeps the other figures of the results file.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import date
@@ -364,23 +364,34 @@ def write_results(frameworks: dict, overhead: dict, grading: dict | None, setup_
     return out
 
 
-def bench(with_setup: bool = False, frameworks: list[str] | None = None) -> Path:
+PARTS = ("frameworks", "overhead", "grading")
+
+
+def bench(with_setup=False, frameworks: list[str] | None = None, parts: list[str] | None = None) -> Path:
+    """Measure `parts` (all by default) and write the results; figures of parts not measured
+    now are kept from the previous results file."""
+    parts = parts or list(PARTS)
+    try:
+        previous = json.loads((ROOT / "bench" / "results.json").read_text())
+    except (OSError, ValueError):
+        previous = {}
     scratch = Path(tempfile.mkdtemp(prefix="coursekit-bench-"))
     try:
-        rows = {}
-        for fw in frameworks or list(pins.frameworks()):
-            print(f"[bench] {fw} ...", flush=True)
-            rows[fw] = bench_framework(fw, scratch)
-            print(f"[bench] {fw}: {rows[fw]}", flush=True)
-        print("[bench] kernel overhead ...", flush=True)
-        overhead = bench_kernel_overhead()
-        print("[bench] grading throughput ...", flush=True)
-        grading = bench_grading(scratch)
-        setup_s = bench_setup(scratch) if with_setup else None
+        rows = dict(previous.get("frameworks") or {})
+        if "frameworks" in parts:
+            for fw in frameworks or list(pins.frameworks()):
+                print(f"[bench] {fw} ...", flush=True)
+                rows[fw] = bench_framework(fw, scratch)
+                print(f"[bench] {fw}: {rows[fw]}", flush=True)
+        overhead = previous.get("kernel_overhead")
+        if "overhead" in parts:
+            print("[bench] kernel overhead ...", flush=True)
+            overhead = bench_kernel_overhead()
+        grading = previous.get("grading")
+        if "grading" in parts:
+            print("[bench] grading throughput ...", flush=True)
+            grading = bench_grading(scratch)
+        setup_s = bench_setup(scratch) if with_setup else previous.get("setup_s")
         return write_results(rows, overhead, grading, setup_s)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    print(bench("--setup" in sys.argv))

@@ -61,7 +61,7 @@ def _lab(args) -> int:
 def _bench(args) -> int:
     from .bench import bench
 
-    print(bench(with_setup=args.setup, frameworks=args.framework))
+    print(bench(with_setup=args.setup, frameworks=args.framework, parts=args.only))
     return 0
 
 
@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     p["run"].add_argument("notebooks", nargs="+")
     p["bench"].add_argument("--setup", action="store_true", help="also time a whole set-up on a fresh HOME")
     p["bench"].add_argument("--framework", action="append", help="only these frameworks (repeatable)")
+    p["bench"].add_argument(
+        "--only", action="append", choices=["frameworks", "overhead", "grading"], help="only these parts"
+    )
     p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")
     p["check"].add_argument("--hints", action="store_true", help="show every task's hint")
     p["solution"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")
