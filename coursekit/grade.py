@@ -430,7 +430,7 @@ def write_csv(out: Path) -> Path:
 # -- the batch -------------------------------------------------------------------------------
 def ensure_template_slot(assignments: set[str]) -> None:
     """The sandboxes' build directory: warm for every framework these assignments use."""
-    from .prewarm import BASE, is_warm, warm
+    from .prewarm import is_warm, warm
 
     used = set()
     for a in assignments:
@@ -443,7 +443,7 @@ def ensure_template_slot(assignments: set[str]) -> None:
                 if line.startswith(":dep")
             }
             used |= {fw for fw in pins.frameworks() if set(pins.dep_lines(fw)) <= deps}
-    for fw in sorted(used) or [BASE]:  # a framework's warm-up compiles the prelude too
+    for fw in sorted(used):
         if not is_warm(GRADE_SLOT, fw):
             print(f"[grade] compiling {fw} for the sandboxes (once)", flush=True)
             warm(GRADE_SLOT, fw)

@@ -20,7 +20,6 @@ from . import pins, slots
 from .install import SetupError, evcxr_config_dir
 
 STAMP = "coursekit-warm.json"
-BASE = "prelude"  # no framework: the course kernel's prelude alone (Part 1's notebooks)
 CELL_TIMEOUT_S = 3600
 
 
@@ -32,8 +31,7 @@ def warm_key(framework: str) -> str:
     prelude = pins.PACKAGE / "prelude"
     sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text(), slots.CARGO_CONFIG]
     sources += [p.read_text() for p in sorted(prelude.rglob("*")) if p.is_file() and "target" not in p.parts]
-    fw = None if framework == BASE else pins.frameworks()[framework]
-    spec = json.dumps([fw, pins.evcxr_version(), rustc, sources], sort_keys=True)
+    spec = json.dumps([pins.frameworks()[framework], pins.evcxr_version(), rustc, sources], sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
@@ -83,14 +81,10 @@ def run_cells(cells: list[str], slot: int | None = None, timeout: float = CELL_T
 
 
 def warm(slot: int, framework: str) -> float:
-    """Compile and run one framework's smoke cell (or, for BASE, a cell that only needs the
-    prelude) in one directory; return the seconds taken."""
+    """Compile and run one framework's smoke cell in one directory; return the seconds taken."""
     started = time.monotonic()
-    if framework == BASE:
-        run_cells(["let coursekit_warm_up = 1;"], slot=slot)
-    else:
-        fw = pins.frameworks()[framework]
-        run_cells(["\n".join(pins.dep_lines(framework)), fw["smoke"]], slot=slot)
+    fw = pins.frameworks()[framework]
+    run_cells(["\n".join(pins.dep_lines(framework)), fw["smoke"]], slot=slot)
     _mark_warm(slot, framework)
     return time.monotonic() - started
 
