@@ -1,6 +1,6 @@
 """The README's workshop guide, followed end to end on a copy of the repository: its shell
-commands are read from the README and run in order, with two students' work collected in
-between (one as a folder, one as an LMS zip)."""
+block is read from the README and run as one bash session without .venv on PATH, with two
+students' work collected (one as a folder, one as an LMS zip)."""
 
 from __future__ import annotations
 
