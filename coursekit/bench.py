@@ -364,10 +364,12 @@ def write_results(frameworks: dict, overhead: dict, grading: dict | None, setup_
     return out
 
 
-PARTS = ("frameworks", "overhead", "grading")
+PARTS = ("frameworks", "overhead", "grading")  # also the choices of `coursekit bench --only` (cli.py)
 
 
-def bench(with_setup=False, frameworks: list[str] | None = None, parts: list[str] | None = None) -> Path:
+def bench(
+    with_setup: bool = False, frameworks: list[str] | None = None, parts: list[str] | None = None
+) -> Path:
     """Measure `parts` (all by default) and write the results; figures of parts not measured
     now are kept from the previous results file."""
     parts = parts or list(PARTS)
