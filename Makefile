@@ -10,26 +10,31 @@ PORT ?= 8888
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 JOBS ?= 2
 
-.PHONY: lab test test-fast setup bench doctor lint lock clean
+.PHONY: lab test test-fast setup setup-tests bench doctor lint lock clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (found " + sys.version.split()[0] + "): run make with PYTHON=/path/to/python3.11")'
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "could not create a virtual environment: Python's venv/ensurepip is missing (Debian/Ubuntu: sudo apt-get install python3-venv)"; exit 1; }
 	$(PY) -m pip install --progress-bar on -r requirements.txt -c constraints.txt -e .
 	touch $@
 
 setup: $(STAMP)
 	$(PY) -m coursekit setup
 
+# The tests also need the grading sandbox and a browser (Debian packages, when root or sudo).
+setup-tests: $(STAMP)
+	$(PY) -m coursekit setup --for tests
+
 lab: setup
 	$(PY) -m coursekit lab --port $(PORT)
 
-test: setup
+test: setup-tests
 	$(PY) -m pytest -n $(JOBS) --dist loadscope
 
-test-fast: setup
+test-fast: setup-tests
 	$(PY) -m pytest -m "not full" -n $(JOBS)
 
-bench: setup
+bench: setup-tests
 	$(PY) -m coursekit bench
 
 doctor: $(STAMP)

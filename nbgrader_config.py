@@ -1,12 +1,12 @@
 """nbgrader configuration of the course: solutions/ is the instructor's source, exercises/
 the generated student release. Rust cells get a `todo!()` stub, `%%python` cells a Python
-one (coursekit.nbgrader_ext)."""
+one (coursekit.grading.nbgrader_ext)."""
 
 from nbgrader.preprocessors import (
     CheckCellMetadata,
     ClearHiddenTests,
-    ClearMarkScheme,
     ClearOutput,
+    ClearMarkScheme,
     ComputeChecksums,
     IncludeHeaderFooter,
     InstantiateTests,
@@ -14,7 +14,10 @@ from nbgrader.preprocessors import (
     SaveCells,
 )
 
-from coursekit.nbgrader_ext import ClearSolutions
+from nbgrader.validator import Validator
+
+from coursekit.grading.harness import GradedExecute
+from coursekit.grading.nbgrader_ext import ClearSolutions
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -44,3 +47,8 @@ c.GenerateAssignment.preprocessors = [
 # A framework notebook's first cell may compile for minutes on a cold machine.
 c.Execute.timeout = 900
 c.Execute.startup_timeout = 180
+
+# nbgrader's Validate runs the tests as `coursekit grade` and `coursekit check` do (each
+# test cell inside the harness of coursekit/grading/harness.py), so all three agree.
+# Validator's list of preprocessors is not a configurable trait: its default is set here.
+Validator.preprocessors.default_value = [CheckCellMetadata, ClearOutput, GradedExecute]

@@ -25,9 +25,10 @@ from pathlib import Path
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-from . import pins, slots
-from .evcxr_child import kernels_dir
+from . import pins
+from .kernel.evcxr_child import kernels_dir
 from .pins import ROOT
+from .setup import slots
 
 SMALL_CELLS = {  # build a 2x2 tensor, matmul, sum: a typical small cell once a framework is loaded
     "tch": (
@@ -183,7 +184,7 @@ def bench_grading(scratch: Path, students: int = 8) -> dict:
     job per core)."""
     import nbformat
 
-    from . import grade
+    from .grading import grade
 
     assignment, notebook = "01_rust", "01_values_moves_clone.ipynb"
     subs = scratch / "submissions"

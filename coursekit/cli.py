@@ -9,10 +9,10 @@ from pathlib import Path
 
 
 def _setup(args) -> int:
-    from .install import SetupError, setup
+    from .setup.install import SetupError, setup
 
     try:
-        setup(prewarm=not args.no_prewarm)
+        setup(prewarm=not args.no_prewarm, purpose=args.purpose)
     except SetupError as exc:
         print(f"[coursekit setup] FAILED: {exc}", file=sys.stderr)
         return 1
@@ -20,13 +20,13 @@ def _setup(args) -> int:
 
 
 def _doctor(args) -> int:
-    from .doctor import doctor
+    from .setup.doctor import doctor
 
     return doctor()
 
 
 def _run(args) -> int:
-    from .notebooks import execute
+    from .content.notebooks import execute
 
     for path in args.notebooks:
         print(f"running {path}", flush=True)
@@ -66,22 +66,22 @@ def _bench(args) -> int:
 
 
 def _check(args) -> int:
-    from .check import check
+    from .learner.check import check
 
     return check(Path(args.notebook), hints=args.hints, color=sys.stdout.isatty())
 
 
 def _progress(args) -> int:
-    from .progress import table
+    from .learner.progress import table
 
     print(table())
     return 0
 
 
 def _next(args) -> int:
-    from .exercises import exercise_path
+    from .learner.exercises import exercise_path
+    from .learner.progress import next_task
     from .pins import ROOT
-    from .progress import next_task
 
     task = next_task()
     if task is None:
@@ -93,8 +93,8 @@ def _next(args) -> int:
 
 
 def _solution(args) -> int:
-    from .exercises import find
-    from .progress import done
+    from .learner.exercises import find
+    from .learner.progress import done
 
     try:
         task = find(args.task)
@@ -109,16 +109,33 @@ def _solution(args) -> int:
 
 
 def _grade(args) -> int:
-    from .grade import grade
+    from .grading.grade import InputError, Settings, grade
 
-    records = grade(Path(args.submissions), Path(args.out), jobs=args.jobs, sandboxed=not args.no_sandbox)
+    settings = Settings(sandboxed=not args.no_sandbox, show_hidden_tests=args.show_hidden_tests)
+    try:
+        records = grade(
+            Path(args.submissions),
+            Path(args.out),
+            jobs=args.jobs,
+            settings=settings,
+            force=args.force,
+            retry_errors=args.retry_errors,
+            zip_pattern=args.zip_pattern,
+        )
+    except InputError as exc:
+        print(f"coursekit grade: nothing was graded: {exc}", file=sys.stderr)
+        return 2
     errors = [r for r in records if r.error]
-    print(f"graded {len(records)} notebook(s) ({len(errors)} with errors) -> {Path(args.out) / 'grades.csv'}")
+    flagged = [r for r in records if r.flags]
+    print(
+        f"graded {len(records)} notebook(s) ({len(errors)} with errors, {len(flagged)} flagged for review) "
+        f"-> {Path(args.out) / 'grades.csv'}"
+    )
     return 0
 
 
 def _cheatsheet(args) -> int:
-    from .cheatsheet import run
+    from .content.cheatsheet import run
 
     return run(args)
 
@@ -145,6 +162,14 @@ def main(argv: list[str] | None = None) -> None:
     for name, (func, _) in COMMANDS.items():
         p[name].set_defaults(func=func)
     p["setup"].add_argument("--no-prewarm", action="store_true", help="skip compiling the frameworks")
+    p["setup"].add_argument(
+        "--for",
+        dest="purpose",
+        choices=["learner", "grading", "tests"],
+        default="learner",
+        help="which Debian helpers to install too: none (learner), bubblewrap (grading), "
+        "bubblewrap, chromium, mold and ccache (tests)",
+    )
     p["lab"].add_argument("--port", type=int, default=8888)
     p["run"].add_argument("notebooks", nargs="+")
     p["bench"].add_argument("--setup", action="store_true", help="also time a whole set-up on a fresh HOME")
@@ -160,7 +185,21 @@ def main(argv: list[str] | None = None) -> None:
     p["grade"].add_argument("--out", default="grading", help="output folder (default: grading/)")
     p["grade"].add_argument("--jobs", type=int, help="parallel jobs (default: the number of cores)")
     p["grade"].add_argument("--no-sandbox", action="store_true", help="trusted notebooks only")
-    from .cheatsheet import add_arguments as cheatsheet_arguments
+    p["grade"].add_argument("--force", action="store_true", help="regrade everything, changed or not")
+    p["grade"].add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="regrade the notebooks whose grading failed (grader errors)",
+    )
+    p["grade"].add_argument(
+        "--zip-pattern",
+        help="regular expression for a zip file's name, with a `student` group (default: STUDENT.zip "
+        "or STUDENT_anything.zip)",
+    )
+    p["grade"].add_argument(
+        "--show-hidden-tests", action="store_true", help="let the feedback show the hidden tests' code"
+    )
+    from .content.cheatsheet import add_arguments as cheatsheet_arguments
 
     cheatsheet_arguments(p["cheatsheet"])
     args = parser.parse_args(argv)

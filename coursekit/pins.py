@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from functools import cache
 from pathlib import Path
-
-import tomllib
 
 PACKAGE = Path(__file__).parent
 ROOT = PACKAGE.parent

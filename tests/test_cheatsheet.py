@@ -11,8 +11,9 @@ import re
 
 import pytest
 
-from coursekit import cheatsheet, pins
-from coursekit.cheatsheet import FRAMEWORKS, ROWS
+from coursekit import pins
+from coursekit.content import cheatsheet
+from coursekit.content.cheatsheet import FRAMEWORKS, ROWS
 
 # The operations the cheat-sheet must cover (row names).
 REQUIRED = [

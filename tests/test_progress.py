@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from coursekit import exercises
+from coursekit.learner import exercises
 
 NOTEBOOK = "01_values_moves_clone.ipynb"
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 
 import nbformat
 import pytest
-import tomllib
 import yaml
 from conftest import ROOT
 
 from coursekit import pins
-from coursekit.notebooks import KERNELSPEC, LANGUAGE_INFO, clean
+from coursekit.content.notebooks import KERNELSPEC, LANGUAGE_INFO, clean
 
 NOTEBOOKS = sorted(
     p

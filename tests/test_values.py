@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from coursekit.outputs import MARKER, CellOutputs
-from coursekit.values import parse_debug, rust_binding
+from coursekit.kernel.outputs import MARKER, CellOutputs
+from coursekit.kernel.values import parse_debug, rust_binding
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ import os
 import time
 from pathlib import Path
 
+from ..pins import ROOT
 from . import exercises
-from .pins import ROOT
 
 
 def state_path() -> Path:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ..grading.grade import Settings, Submission, Templates, run_job
 from . import exercises, progress
-from .grade import Submission, Templates, run_job
 
 GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
 
@@ -26,7 +26,7 @@ def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
             Submission("you", assignment, notebook.name, notebook),
             Templates(Path(work)),
             Path(work),
-            sandboxed=False,
+            Settings(sandboxed=False),
         )
     g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
     for note in record.notes:

@@ -49,7 +49,15 @@ class _EvcxrSpec(KernelSpecManager):
 
     def get_kernel_spec(self, kernel_name, **kwargs):
         evcxr = os.environ.get("COURSEKIT_EVCXR", "evcxr_jupyter")
-        argv = [sys.executable, "-m", "coursekit.slots", "--", evcxr, "--control_file", "{connection_file}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "coursekit.setup.slots",
+            "--",
+            evcxr,
+            "--control_file",
+            "{connection_file}",
+        ]
         return KernelSpec(
             argv=argv,
             language="rust",
@@ -96,6 +104,9 @@ class EvcxrChild:
         self._kc = self._km.client()
         self._kc.start_channels()
         self._kc.wait_for_ready(timeout=STARTUP_TIMEOUT_S)
+        # evcxr has read it: nothing else needs the key that signs its messages
+        with contextlib.suppress(OSError):
+            os.unlink(self._km.connection_file)
 
     def _restart(self):
         self._kc.stop_channels()

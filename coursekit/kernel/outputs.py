@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 MARKER = "\x1ecoursekit "
 PANIC_MIME = "application/x-coursekit-panic"  # the prelude's panic hook reports through it
 _PANIC = re.compile(
-    r"thread '[^']*'(?: \(\d+\))? panicked at [^\n]*:\n"
+    r"thread '[^']*'(?: \(\d+\))? panicked(?: at [^\n]*)?:\n"
     r"(?P<msg>.*?)(?:\nnote: run with `RUST_BACKTRACE|\nstack backtrace:|\Z)",
     re.S,
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from .pins import ROOT
+from ..pins import ROOT
 
 
 @dataclass

@@ -72,7 +72,7 @@ def show_versions(*frameworks: str) -> None:
 
     import torch
 
-    from . import pins
+    from .. import pins
 
     rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.split()
     print(

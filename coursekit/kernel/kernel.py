@@ -6,23 +6,29 @@ Start it with `python -m coursekit.kernel -f CONNECTION_FILE` (its kernelspec do
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import hashlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 
+from ..content.notebooks import LANGUAGE_INFO, split_python
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
-from .notebooks import LANGUAGE_INFO, split_python
 from .outputs import LOST, CellOutputs
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
+# Graded runs (coursekit grade and check) set these: see _harden and do_execute.
+GRADED = os.environ.get("COURSEKIT_GRADED") == "1"
+ALLOWED_PYTHON = set(filter(None, os.environ.get("COURSEKIT_PYTHON_CELLS", "").split(",")))
 
 
 def first_cell_deps(notebook: str) -> list[str]:
@@ -94,6 +100,13 @@ class RustPyTorchKernel(IPythonKernel):
         body = split_python(code)
         if body is None:
             return await self._execute_rust(code, silent, store_history)
+        if GRADED and hashlib.sha256(body.encode()).hexdigest() not in ALLOWED_PYTHON:
+            error = {
+                "ename": "RefusedCell",
+                "evalue": "in a graded run, only the exercise's own %%python cells run",
+                "traceback": ["RefusedCell: in a graded run, only the exercise's own %%python cells run"],
+            }
+            return self._fail(error, self.shell.execution_count)
         self._pending_bindings.clear()
         reply = await super().do_execute(
             body, silent, store_history, user_expressions, allow_stdin, cell_meta=cell_meta, cell_id=cell_id
@@ -174,7 +187,7 @@ class RustPyTorchKernel(IPythonKernel):
         )
         return {"status": "error", "execution_count": count, **error}
 
-    @contextmanager
+    @contextlib.contextmanager
     def _on_sigint(self, callback):
         """Route SIGINT (Jupyter's interrupt) to `callback` while a Rust cell runs."""
         loop = asyncio.get_running_loop()
@@ -232,9 +245,22 @@ class RustPyTorchKernel(IPythonKernel):
         return super().do_shutdown(restart)
 
 
+def _harden(app: IPKernelApp) -> None:
+    """In a graded run, keep the student's Rust code away from this process, which runs the
+    exercise's Python and reports results: the connection file (with the key that signs
+    messages) is removed once read, the process cannot be read or traced by the cells'
+    processes (same user), and Python imports nothing from the working directory, where
+    the cells write."""
+    with contextlib.suppress(OSError):
+        os.unlink(app.abs_connection_file)
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd())]
+
+
 def main():
-    IPKernelApp.launch_instance(kernel_class=RustPyTorchKernel)
-
-
-if __name__ == "__main__":
-    main()
+    app = IPKernelApp.instance(kernel_class=RustPyTorchKernel)
+    app.initialize()
+    if GRADED:
+        _harden(app)
+    app.start()

@@ -2,14 +2,14 @@
 checks first, so a second run takes seconds. `make lab`, `make test` and binder/postBuild
 all run it.
 
-Steps: Rust standard-library sources (evcxr's analyzer needs them), evcxr_jupyter, helper
-Debian packages, the evcxr configuration (dependency cache, prelude), both kernelspecs
-(written into this Python environment, not the user's home), and the prewarm.
+Steps: the Debian helpers of the purpose (none for a learner), the Rust standard-library
+sources evcxr's analyzer needs (setup/rust_src.py), evcxr_jupyter, the evcxr configuration
+(dependency cache, prelude), both kernelspecs (written into this Python environment, not
+the user's home), and the prewarm.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -17,15 +17,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import pins
-from .evcxr_child import kernels_dir
+from .. import pins
+from ..kernel.evcxr_child import kernels_dir
+from . import rust_src
 
+# Debian packages by purpose: a learner needs none (`make lab`); the test suite and an
+# instructor's grading need more (`coursekit setup --for tests|grading`, `make test`).
 APT_PACKAGES = {
-    "rust-web-src": "Rust standard-library sources for evcxr's analyzer (rustup cannot fetch rust-src here)",
     "mold": "a faster linker, which evcxr uses automatically",
     "ccache": "caches the C/C++ parts of crate builds (tch's libtorch shim)",
     "bubblewrap": "the sandbox that grading runs untrusted submissions in",
     "chromium": "the browser for the end-to-end JupyterLab test",
+}
+PURPOSES = {
+    "learner": [],
+    "grading": ["bubblewrap"],
+    "tests": ["bubblewrap", "chromium", "mold", "ccache"],
 }
 
 
@@ -37,66 +44,51 @@ def log(msg: str) -> None:
     print(f"[coursekit setup] {msg}", flush=True)
 
 
-# -- Rust standard-library sources --------------------------------------------------------
-def find_rust_src() -> Path | None:
-    """A `library/` directory with core's sources, as rust-analyzer wants."""
-    candidates = []
-    if os.environ.get("RUST_SRC_PATH"):
-        candidates.append(os.environ["RUST_SRC_PATH"])
-    try:
-        sysroot = subprocess.run(
-            ["rustc", "--print", "sysroot"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        candidates.append(os.path.join(sysroot, "lib", "rustlib", "src", "rust", "library"))
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    candidates += sorted(glob.glob("/usr/src/rustc-*/library"), reverse=True)
-    for c in candidates:
-        if (Path(c) / "core" / "src" / "lib.rs").is_file():
-            return Path(c)
-    return None
-
-
+# -- Debian packages -------------------------------------------------------------------------
 def _missing_debs(packages: list[str]) -> list[str]:
     return [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode]
 
 
-def apt_install(packages: list[str]) -> bool:
-    """Install the missing Debian packages (as root, or with passwordless sudo); True if
-    they are all there afterwards."""
+def _available(package: str) -> bool:
+    """apt knows a candidate version of the package (Ubuntu's chromium, for one, is a snap)."""
+    out = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True).stdout
+    return "Candidate:" in out and "Candidate: (none)" not in out
+
+
+def apt_install(packages: list[str]) -> list[str]:
+    """Install the missing Debian packages (as root, or with passwordless sudo); return the
+    ones still missing."""
+    if not shutil.which("dpkg"):
+        return packages
     missing = _missing_debs(packages)
-    if not missing:
-        return True
-    if not shutil.which("apt-get") or (os.geteuid() != 0 and not shutil.which("sudo")):
-        return False
+    if not missing or not shutil.which("apt-get") or (os.geteuid() != 0 and not shutil.which("sudo")):
+        return missing
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    log(f"installing Debian packages: {', '.join(missing)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = sudo + ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
-    if subprocess.run(cmd, env=env).returncode:
-        subprocess.run(sudo + ["apt-get", "update", "-q"], env=env)
-        subprocess.run(cmd, env=env)
-    return not _missing_debs(missing)
+    if not all(_available(p) for p in missing):
+        subprocess.run(sudo + ["apt-get", "update", "-q"], env=env, capture_output=True)
+    installable = [p for p in missing if _available(p)]
+    if installable:
+        log(f"installing Debian packages: {', '.join(installable)}")
+        cmd = sudo + ["apt-get", "install", "-y", "-q", "--no-install-recommends", *installable]
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+    return _missing_debs(missing)
 
 
-def ensure_system_packages() -> Path:
-    """Install the Debian helpers that are missing; return the std-sources directory.
-    Only the std sources are required: without a helper its feature is slower or skipped."""
-    if shutil.which("dpkg"):
-        wanted = [p for p in APT_PACKAGES if p != "rust-web-src" or find_rust_src() is None]
-        if not apt_install(wanted):
-            for p in _missing_debs(wanted):
-                log(
-                    f"warning: Debian package {p} is missing ({APT_PACKAGES[p]}); "
-                    f"install it with `sudo apt-get install {p}`"
-                )
-    src = find_rust_src()
-    if src is None:
-        raise SetupError(
-            "no Rust standard-library sources: run `rustup component add rust-src`, "
-            "or on Debian `sudo apt-get install rust-web-src`"
-        )
-    return src
+def ensure_system_packages(purpose: str) -> None:
+    """The Debian helpers this purpose needs; say how to get the ones that could not be
+    installed (each only makes a feature slower or unavailable)."""
+    for p in apt_install(PURPOSES[purpose]):
+        log(f"warning: {p} is missing ({APT_PACKAGES[p]}): install it (Debian: `sudo apt-get install {p}`)")
+
+
+def ensure_rust_src() -> Path:
+    try:
+        found = rust_src.ensure(log)
+    except rust_src.SourcesError as exc:
+        raise SetupError(str(exc)) from None
+    log(f"Rust standard-library sources {found.version}: {found.origin}")
+    return found.library
 
 
 # -- evcxr ---------------------------------------------------------------------------------
@@ -143,13 +135,13 @@ def evcxr_config_dir(prelude: bool) -> Path:
 
 def write_evcxr_config() -> None:
     init = f":cache {pins.pins()['evcxr']['cache_mib']}\n"
-    prelude_crate = pins.PACKAGE / "prelude"
+    prelude_crate = pins.PACKAGE / "kernel" / "prelude"
     for prelude in (False, True):
         d = evcxr_config_dir(prelude)
         d.mkdir(parents=True, exist_ok=True)
         if prelude:
             (d / "init.evcxr").write_text(init + f':dep coursekit_prelude = {{ path = "{prelude_crate}" }}\n')
-            shutil.copyfile(pins.PACKAGE / "prelude.rs", d / "prelude.rs")
+            shutil.copyfile(pins.PACKAGE / "kernel" / "prelude.rs", d / "prelude.rs")
         else:
             (d / "init.evcxr").write_text(init)
 
@@ -160,7 +152,7 @@ def torch_lib_dir() -> Path:
     return Path(torch.__file__).parent / "lib"
 
 
-def kernel_env(rust_src: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
+def kernel_env(std_sources: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
     """The environment a kernel runs with (the course kernel passes it on to evcxr)."""
     cargo = shutil.which("cargo")
     if not cargo:
@@ -177,7 +169,7 @@ def kernel_env(rust_src: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
         lib.append(str(Path(sys.prefix) / "lib"))
     env = {
         "PATH": os.pathsep.join(path),
-        "RUST_SRC_PATH": str(rust_src),
+        "RUST_SRC_PATH": str(std_sources),
         "EVCXR_CONFIG_DIR": str(evcxr_config_dir(prelude)),
         "COURSEKIT_EVCXR": str(evcxr),
         "LIBTORCH_USE_PYTORCH": "1",
@@ -193,14 +185,14 @@ def kernel_env(rust_src: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
     return env
 
 
-def write_kernelspecs(evcxr: Path, rust_src: Path) -> None:
+def write_kernelspecs(evcxr: Path, std_sources: Path) -> None:
     base = Path(kernels_dir())
     specs = {
         "rust": {
             "argv": [
                 sys.executable,
                 "-m",
-                "coursekit.slots",
+                "coursekit.setup.slots",
                 "--",
                 str(evcxr),
                 "--control_file",
@@ -209,14 +201,14 @@ def write_kernelspecs(evcxr: Path, rust_src: Path) -> None:
             "display_name": "Rust",
             "language": "rust",
             "interrupt_mode": "message",
-            "env": kernel_env(rust_src, evcxr, prelude=False),
+            "env": kernel_env(std_sources, evcxr, prelude=False),
         },
         "rust-pytorch": {
             "argv": [sys.executable, "-m", "coursekit.kernel", "-f", "{connection_file}"],
             "display_name": "Rust + PyTorch",
             "language": "rust",
             "interrupt_mode": "signal",
-            "env": kernel_env(rust_src, evcxr, prelude=True),
+            "env": kernel_env(std_sources, evcxr, prelude=True),
             "metadata": {"debugger": False},
         },
     }
@@ -228,7 +220,7 @@ def write_kernelspecs(evcxr: Path, rust_src: Path) -> None:
             (d / "kernel.json").write_text(text)
             log(f"kernelspec {name} -> {d}")
         for logo in ("logo-32x32.png", "logo-64x64.png"):
-            shutil.copyfile(pins.PACKAGE / "logos" / logo, d / logo)
+            shutil.copyfile(pins.PACKAGE / "kernel" / "logos" / logo, d / logo)
 
 
 def write_lab_settings() -> None:
@@ -241,11 +233,12 @@ def write_lab_settings() -> None:
     (d / "overrides.json").write_text(json.dumps(overrides, indent=1) + "\n")
 
 
-def setup(prewarm: bool = True) -> None:
-    rust_src = ensure_system_packages()
+def setup(prewarm: bool = True, purpose: str = "learner") -> None:
+    ensure_system_packages(purpose)
+    std_sources = ensure_rust_src()
     evcxr = ensure_evcxr()
     write_evcxr_config()
-    write_kernelspecs(evcxr, rust_src)
+    write_kernelspecs(evcxr, std_sources)
     write_lab_settings()
     if prewarm:
         from .prewarm import prewarm_all  # noqa: PLC0415

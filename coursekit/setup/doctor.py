@@ -10,8 +10,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from . import pins, slots
-from .evcxr_child import kernels_dir
+from .. import pins
+from ..kernel.evcxr_child import kernels_dir
+from . import slots
 
 FIX_SETUP = "run `make setup` (or `python -m coursekit setup`)"
 KERNELS = ("rust", "rust-pytorch")
@@ -104,14 +105,47 @@ def _kernelspecs(r: Report) -> dict | None:
     return env
 
 
+PROBE = ("let coursekit_probe = vec![1.5f32, 2.5];", 'println!("{}", coursekit_probe.len());')
+
+
+def probe_kernel() -> str | None:
+    """Run what the lessons do every few cells through the course kernel: a variable made
+    with `vec![...]` in one cell, used in the next (evcxr's analyzer must infer its type from
+    the std sources). None if it works, else what went wrong."""
+    from ..kernel.session import KernelSession
+
+    try:
+        with KernelSession("rust-pytorch", startup_timeout=120) as kernel:
+            first = kernel.run(PROBE[0], timeout=300)
+            second = kernel.run(PROBE[1], timeout=300) if first.ok else first
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        return f"the kernel did not run the probe: {exc}"
+    if not first.ok or not second.ok or second.stream().strip() != "2":
+        return f"a variable kept between two cells failed: {second.error or second.stream()!r}"
+    return None
+
+
 def _environment(r: Report, env: dict | None) -> None:
+    from . import rust_src
+
     env = env or {}
     src = Path(env.get("RUST_SRC_PATH", "/nonexistent"))
-    r.check(
-        (src / "core" / "src" / "lib.rs").is_file(),
-        f"Rust std sources at {src}",
-        "sudo apt-get install rust-web-src (Debian) or `rustup component add rust-src`, then " + FIX_SETUP,
-    )
+    if r.check(rust_src.is_library(src), f"Rust std sources at {src}", FIX_SETUP):
+        have, rustc = rust_src.version_of(src), rust_src.rustc_version()
+        r.check(
+            have is not None and rust_src.fits(have, rustc),
+            f"Rust std sources {have or '(version unknown)'} fit rustc {rustc}",
+            "unset RUST_SRC_PATH if it is set, then " + FIX_SETUP + " (it fetches fitting sources)",
+        )
+    if os.environ.get("RUST_SRC_PATH"):  # set-up would take these
+        try:
+            rust_src.find()
+            r.ok(f"RUST_SRC_PATH={os.environ['RUST_SRC_PATH']} fits rustc")
+        except rust_src.SourcesError as exc:
+            r.bad(
+                str(exc),
+                "unset RUST_SRC_PATH (set-up then finds or fetches fitting sources), then " + FIX_SETUP,
+            )
     try:
         import torch
 
@@ -167,5 +201,13 @@ def doctor() -> int:
         _cache(r)
     except OSError as exc:  # init.evcxr missing: set-up never ran
         r.bad(f"evcxr configuration ({exc})", FIX_SETUP)
+    if not r.problems:  # the real thing, once every piece is in place
+        problem = probe_kernel()
+        r.check(
+            problem is None,
+            "the course kernel keeps a `vec![...]` variable from one cell to the next"
+            + (f": {problem}" if problem else ""),
+            "the std sources probably do not fit rustc: unset RUST_SRC_PATH, then " + FIX_SETUP,
+        )
     print(f"{r.problems} problem(s)" if r.problems else "all good")
     return 1 if r.problems else 0

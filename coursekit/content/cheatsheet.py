@@ -10,8 +10,8 @@ result is compared with PyTorch's on the same inputs (same shape, `allclose` wit
 (`course/02_tensors/cheatsheet.md`, checked by tests/test_cheatsheet.py) cannot drift from
 the code that is checked.
 
-    python -m coursekit.cheatsheet --write        # regenerate the markdown page
-    python -m coursekit.cheatsheet --check burn   # run one framework's checks
+    python -m coursekit.content.cheatsheet --write        # regenerate the markdown page
+    python -m coursekit.content.cheatsheet --check burn   # run one framework's checks
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-from . import pins
-from .pins import ROOT
+from .. import pins
+from ..pins import ROOT
 
 PAGE = ROOT / "course" / "02_tensors" / "cheatsheet.md"
 FRAMEWORKS = ("tch", "candle", "burn", "dfdx")
@@ -1084,7 +1084,7 @@ def render_markdown() -> str:
         f"have PyTorch's shape and match PyTorch {torch_version}'s values on the same inputs within "
         f"`numpy.allclose(rtol={TOLERANCE['rtol']:g}, atol={TOLERANCE['atol']:g})`. An entry whose shape "
         "differs on purpose says so, and that shape is checked instead. The same test checks that this "
-        "page is exactly what `coursekit.cheatsheet.render_markdown()` produces from those rows.",
+        "page is exactly what `coursekit.content.cheatsheet.render_markdown()` produces from those rows.",
         "",
         "Workarounds needed: "
         + ", ".join(f"{TITLES[fw]} {counts[fw]}" for fw in FRAMEWORKS)
@@ -1156,7 +1156,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     description = __doc__.split("\n\n")[0]
-    parser = argparse.ArgumentParser(prog="python -m coursekit.cheatsheet", description=description)
+    parser = argparse.ArgumentParser(prog="python -m coursekit.content.cheatsheet", description=description)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from nbgrader.preprocessors import ClearSolutions as _ClearSolutions
 
-from .notebooks import PYTHON_MAGIC, split_python
+from ..content.notebooks import PYTHON_MAGIC, split_python
 
 
 class ClearSolutions(_ClearSolutions):

@@ -1,4 +1,4 @@
-"""Compile every framework once in each warm build directory (coursekit.slots), so that a
+"""Compile every framework once in each warm build directory (coursekit.setup.slots), so that a
 learner's first cell in a framework notebook only compiles the cell itself.
 
 Each (directory, framework) pair is stamped when done; the stamp names the pins, evcxr and
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import time
 
-from jupyter_client.manager import start_new_kernel
 from tqdm import tqdm
 
-from . import pins, slots
+from .. import pins
+from ..kernel.session import KernelSession
+from . import slots
 from .install import SetupError, evcxr_config_dir
 
 STAMP = "coursekit-warm.json"
@@ -28,7 +28,7 @@ def warm_key(framework: str) -> str:
     configuration and the prelude crate."""
     rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout
     config = evcxr_config_dir(prelude=True)
-    prelude = pins.PACKAGE / "prelude"
+    prelude = pins.PACKAGE / "kernel" / "prelude"
     sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text(), slots.CARGO_CONFIG]
     sources += [p.read_text() for p in sorted(prelude.rglob("*")) if p.is_file() and "target" not in p.parts]
     spec = json.dumps([pins.frameworks()[framework], pins.evcxr_version(), rustc, sources], sort_keys=True)
@@ -52,32 +52,18 @@ def _mark_warm(slot: int, framework: str) -> None:
     (slots.pool_dir() / f"slot-{slot}" / STAMP).write_text(json.dumps(stamps, indent=1))
 
 
-def run_cells(cells: list[str], slot: int | None = None, timeout: float = CELL_TIMEOUT_S) -> list[str]:
+def run_cells(cells: list[str], slot: int | str | None = None, timeout: float = CELL_TIMEOUT_S) -> list[str]:
     """Run cells in the course kernel (its evcxr in warm directory `slot`); return each cell's
     stdout. Raises SetupError on the first error."""
-    env = dict(os.environ)
-    if slot is not None:
-        env["COURSEKIT_SLOT"] = str(slot)
-    km, kc = start_new_kernel(kernel_name="rust-pytorch", startup_timeout=120, env=env)
-    try:
+    env = {"COURSEKIT_SLOT": str(slot)} if slot is not None else {}
+    with KernelSession("rust-pytorch", env=env, startup_timeout=120) as kernel:
         results = []
         for code in cells:
-            out, errors = [], []
-
-            def hook(msg, out=out, errors=errors):
-                if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                    out.append(msg["content"]["text"])
-                elif msg["msg_type"] == "error":
-                    errors.append(msg["content"]["evalue"])
-
-            reply = kc.execute_interactive(code, timeout=timeout, output_hook=hook)
-            if reply["content"]["status"] != "ok" or errors:
-                raise SetupError(f"this cell failed in evcxr: {code!r}: {'; '.join(errors)}")
-            results.append("".join(out))
+            ran = kernel.run(code, timeout=timeout)
+            if not ran.ok:
+                raise SetupError(f"this cell failed in evcxr: {code!r}: {ran.error}")
+            results.append(ran.stream("stdout"))
         return results
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 def warm(slot: int, framework: str) -> float:

@@ -2,7 +2,7 @@
 
 evcxr builds each session's code in a fresh temporary directory, so every new kernel
 re-runs the build scripts of its crates (for tch: a C++ compile) and relinks everything. A
-kernel started through `python -m coursekit.slots -- evcxr_jupyter ...` instead takes the
+kernel started through `python -m coursekit.setup.slots -- evcxr_jupyter ...` instead takes the
 first free directory of a pool (EVCXR_TMPDIR), locked for as long as that evcxr process
 lives. The setup's prewarm step builds every framework in the first POOL_SIZE directories;
 a kernel that finds them all busy takes the next one (built from evcxr's dependency cache
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        sys.exit("usage: python -m coursekit.slots -- COMMAND [ARGS...]")
+        sys.exit("usage: python -m coursekit.setup.slots -- COMMAND [ARGS...]")
     only = os.environ.pop("COURSEKIT_SLOT", None)  # the prewarm step picks its directory
     slot, fd = acquire(only=only)
     os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process

@@ -1,0 +1,665 @@
+"""`coursekit grade SUBMISSIONS`: autograde a batch of untrusted submissions.
+
+Input, one of or both:
+- folders `STUDENT/ASSIGNMENT/*.ipynb`: the student is the folder's name, as it is;
+- zip files, one per student as an LMS exports them: the student is taken from the zip's
+  file name (`--zip-pattern`, a regular expression with a `student` group; by default
+  `STUDENT.zip` or `STUDENT_anything.zip`, nbgrader's ZipCollect convention). Every
+  notebook inside belongs to that student, whatever folders it sits in; its assignment is
+  its folder's name when that is an assignment, else the one whose exercise has its name.
+
+Two inputs that are the same student's same notebook stop the batch before anything is
+graded, naming both; a zip holding two copies of one notebook grades neither and says why.
+Nothing is overwritten silently, and names are reported as given.
+
+Output folder:
+
+    results/STUDENT/ASSIGNMENT/NOTEBOOK.json   one record per graded notebook (the grade store)
+    feedback/STUDENT/ASSIGNMENT/NOTEBOOK.html  nbgrader's feedback, plus repairs and flags
+    grades.csv                                 one row per notebook, rebuilt from results/
+
+(STUDENT there is the name made safe for a path, with a short hash when that changed it.)
+Each notebook is graded in its own job — its own scratch nbgrader course, its kernel in
+the sandbox (coursekit.grading.sandbox), its tests run by the harness
+(coursekit.grading.harness) — in parallel on the available cores. A record names a hash
+of everything its grade depends on, so a re-run grades only what changed; records are
+written atomically, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zipfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .. import pins
+from ..content.notebooks import split_python
+from ..pins import ROOT
+from ..setup import slots
+from . import harness, sandbox, submission
+
+CELL_TIMEOUT_S = int(os.environ.get("COURSEKIT_CELL_TIMEOUT", "120"))
+NOTEBOOK_TIMEOUT_S = int(os.environ.get("COURSEKIT_NOTEBOOK_TIMEOUT", "900"))
+GRADE_SLOT = "grade"
+ZIP_PATTERN = r"(?P<student>[^_]+)(?:_.*)?\.zip"
+ZIP_LIMITS = (50 * 2**20, 500 * 2**20)  # bytes of one notebook, of all a zip unpacks to
+NBGRADER_STUDENT = "student"  # the id inside a job's scratch course; the record keeps the name
+
+
+class InputError(ValueError):
+    """The batch's input is ambiguous (say, two inputs for one student's notebook)."""
+
+
+@dataclass
+class Submission:
+    student: str  # as given
+    assignment: str
+    notebook: str  # file name
+    path: Path
+    source: str = ""  # where it came from, for messages
+    problem: str | None = None  # why it cannot be graded, found before grading
+
+
+@dataclass
+class Record:
+    student: str
+    assignment: str
+    notebook: str
+    key: str
+    score: float = 0.0
+    max_score: float = 0.0
+    tasks: dict = field(default_factory=dict)  # grade_id -> [score, max_score, message]
+    notes: list = field(default_factory=list)  # repairs made before grading
+    flags: list = field(default_factory=list)  # what looks like an attack, for review
+    events: list = field(default_factory=list)  # limits that fired while grading
+    error: str | None = None  # why the notebook could not be graded (all tasks 0)
+    status: str = "ok"  # ok, repaired, submission error, grader error
+    seconds: float = 0.0
+
+
+# -- finding submissions -------------------------------------------------------------------
+def student_dir(name: str) -> str:
+    """A path-safe folder name for a student; different names never share one."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._") or "unnamed"
+    if safe == name:
+        return safe
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def discover(src: Path, unpack_to: Path, assignments: list[str], zip_pattern: str = ZIP_PATTERN):
+    """Every submitted notebook under `src` (zip files unpacked into `unpack_to`), and the
+    .ipynb files that are in no place a submission can be (for a warning)."""
+    found, problems = [], []
+    for z in sorted(src.glob("*.zip")):
+        m = re.fullmatch(zip_pattern, z.name)
+        if not m or not m.groupdict().get("student"):
+            problems.append(f"{z.name} does not match the zip pattern {zip_pattern!r} (see --zip-pattern)")
+            continue
+        student = m.group("student")
+        notebooks: dict[tuple[str, str], list] = {}
+        for inner, path in _unzip(z, unpack_to / uuid.uuid4().hex):
+            parent = Path(inner).parent.name
+            assignment = parent if parent in assignments else _guess(path.name)
+            notebooks.setdefault((assignment, path.name), []).append((inner, path))
+        for (assignment, name), copies in sorted(notebooks.items()):
+            sub = Submission(student, assignment, name, copies[0][1], f"{z.name}:{copies[0][0]}")
+            if len(copies) > 1:
+                names = ", ".join(inner for inner, _ in copies)
+                sub.problem = f"the zip holds {len(copies)} notebooks named {name}: {names}; none was graded"
+            found.append(sub)
+    for p in sorted(src.glob("*/*/*.ipynb")):
+        found.append(Submission(p.parent.parent.name, p.parent.name, p.name, p, str(p.relative_to(src))))
+    seen: dict[tuple, Submission] = {}
+    for sub in found:
+        key = (student_dir(sub.student), sub.assignment, sub.notebook)
+        if key in seen:
+            problems.append(
+                f"{seen[key].source} and {sub.source} are both {sub.student!r}'s "
+                f"{sub.assignment}/{sub.notebook}: keep one of them"
+            )
+        seen[key] = sub
+    if problems:
+        raise InputError("; ".join(problems))
+    placed = {s.path for s in found}
+    ignored = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.ipynb")
+        if p not in placed and ".ipynb_checkpoints" not in p.parts and unpack_to not in p.parents
+    ]
+    return found, ignored
+
+
+def _unzip(path: Path, dest: Path) -> list[tuple[str, Path]]:
+    """Extract the notebooks of a zip (never outside `dest`; size-limited): (name in the
+    zip, extracted file) pairs. An unreadable zip is one invalid notebook."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out, total = [], 0
+    try:
+        with zipfile.ZipFile(path) as z:
+            for i, info in enumerate(z.infolist()):
+                name = Path(info.filename)
+                if (
+                    info.is_dir()
+                    or name.suffix != ".ipynb"
+                    or {"__MACOSX", ".ipynb_checkpoints"} & set(name.parts)
+                ):
+                    continue
+                total += info.file_size
+                if info.file_size > ZIP_LIMITS[0] or total > ZIP_LIMITS[1]:
+                    continue
+                target = dest / str(i) / student_dir(name.name)
+                target.parent.mkdir(parents=True)
+                target.write_bytes(z.read(info))
+                out.append((info.filename, target))
+    except (zipfile.BadZipFile, OSError, RuntimeError):
+        target = dest / "unreadable" / f"{path.stem}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("")  # graded as an invalid notebook
+        out.append((path.name, target))
+    return out
+
+
+def _guess(notebook: str) -> str:
+    """The assignment that has an exercise notebook of this name."""
+    matches = [p.parent.name for p in (ROOT / "solutions").glob(f"*/{notebook}")]
+    return matches[0] if len(matches) == 1 else "unknown"
+
+
+# -- templates: one generated gradebook per exercise notebook ---------------------------------
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:20]
+
+
+def source_path(assignment: str, notebook: str) -> Path:
+    return ROOT / "solutions" / assignment / notebook
+
+
+GRADING_CONFIG = """\
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.preprocessors import (
+    AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades,
+)
+
+from coursekit.grading.harness import GradedExecute
+
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = "rust-for-pytorch"
+c.Autograde.autograde_preprocessors = [
+    GradedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+    AssignLatePenalties, CheckCellMetadata,
+]
+c.Execute.timeout = {cell_timeout}
+c.GradedExecute.notebook_timeout = {notebook_timeout}
+c.Execute.startup_timeout = 180
+c.Execute.interrupt_on_timeout = True
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 100
+c.Execute.iopub_timeout = 30
+c.Execute.raise_on_iopub_timeout = False  # a flood of output must not stop the grading
+"""
+
+
+class Templates:
+    """nbgrader's gradebook for each exercise notebook, generated once per batch."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.lock = threading.Lock()
+        self.built: dict[tuple[str, str], Path] = {}
+
+    def get(self, assignment: str, notebook: str) -> Path:
+        with self.lock:
+            if (assignment, notebook) not in self.built:
+                self.built[assignment, notebook] = self._build(assignment, notebook)
+            return self.built[assignment, notebook]
+
+    def _build(self, assignment: str, notebook: str) -> Path:
+        d = self.workdir / "templates" / assignment / Path(notebook).stem
+        shutil.rmtree(d, ignore_errors=True)
+        (d / "solutions" / assignment).mkdir(parents=True)
+        shutil.copy(source_path(assignment, notebook), d / "solutions" / assignment / notebook)
+        shutil.copy(ROOT / "nbgrader_config.py", d / "nbgrader_config.py")
+        result = _nbgrader(d, ["generate_assignment", assignment, "--force"], {}, timeout=300)
+        if result.returncode:
+            raise RuntimeError(f"could not generate {assignment}/{notebook}: {result.stdout[-2000:]}")
+        return d
+
+
+def _nbgrader(course: Path, args: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    bin_dir = Path(sys.executable).parent
+    full_env = {**os.environ, **env, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.Popen(
+        [str(bin_dir / "nbgrader"), *args],
+        cwd=course,
+        env=full_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return subprocess.CompletedProcess(
+            proc.args, -9, (out or "") + f"\n[timed out after {timeout} s]", ""
+        )
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+# -- one job ---------------------------------------------------------------------------------
+def default_limits() -> sandbox.Limits:
+    """The sandbox's limits; COURSEKIT_MEMORY_LIMIT_MB and COURSEKIT_DISK_LIMIT_MB change two."""
+    limits = sandbox.Limits()
+    limits.memory_bytes = int(os.environ.get("COURSEKIT_MEMORY_LIMIT_MB", limits.memory_bytes >> 20)) << 20
+    limits.disk_bytes = int(os.environ.get("COURSEKIT_DISK_LIMIT_MB", limits.disk_bytes >> 20)) << 20
+    return limits
+
+
+@dataclass
+class Settings:
+    """Everything besides the submission and the exercise that a grade depends on."""
+
+    cell_timeout: int = CELL_TIMEOUT_S
+    notebook_timeout: int = NOTEBOOK_TIMEOUT_S
+    limits: sandbox.Limits = field(default_factory=default_limits)
+    sandboxed: bool = True
+    show_hidden_tests: bool = False
+
+
+def grader_version() -> str:
+    """A hash of the kit's code and pins: a new grader regrades everything."""
+    files = sorted(
+        p for p in pins.PACKAGE.rglob("*") if p.suffix in (".py", ".rs", ".toml") and "target" not in p.parts
+    )
+    return _digest(*(p.read_bytes() for p in files))
+
+
+def input_key(sub: Submission, settings: Settings) -> str:
+    def read(path: Path) -> bytes:
+        return path.read_bytes() if path.is_file() else b""
+
+    return _digest(
+        read(sub.path),
+        read(source_path(sub.assignment, sub.notebook)),  # solutions and hidden tests
+        read(ROOT / "exercises" / sub.assignment / sub.notebook),  # the release
+        grader_version().encode(),
+        json.dumps(asdict(settings), sort_keys=True).encode(),
+        (sub.problem or "").encode(),
+    )
+
+
+def _messages(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """grade_id -> the error a test cell ended with in the autograded notebook."""
+    found = {}
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        for out in cell.get("outputs", []):
+            if gid and out.get("output_type") == "error":
+                evalue = out.get("evalue") or (
+                    f"no result within {CELL_TIMEOUT_S} s" if "Timeout" in str(out.get("ename")) else ""
+                )
+                found[gid] = f"{out.get('ename')}: {evalue}".strip()
+    return found
+
+
+def python_cells(released: nbformat.NotebookNode) -> str:
+    """Hashes of the release's %%python cells: the only Python a graded kernel runs."""
+    bodies = [split_python(c.source) for c in released.cells if c.cell_type == "code"]
+    return ",".join(hashlib.sha256(b.encode()).hexdigest() for b in bodies if b is not None)
+
+
+def run_job(
+    sub: Submission,
+    templates: Templates,
+    workdir: Path,
+    settings: Settings | None = None,
+    feedback_dir: Path | None = None,
+) -> Record:
+    """Grade one submitted notebook; never raises for a bad submission."""
+    settings = settings or Settings()
+    started = time.monotonic()
+    record = Record(sub.student, sub.assignment, sub.notebook, input_key(sub, settings))
+    if not source_path(sub.assignment, sub.notebook).is_file():
+        record.error = f"{sub.assignment}/{sub.notebook} is not an exercise of this course"
+        record.status = "submission error"
+        return record
+    try:
+        if sub.problem:
+            raise submission.InvalidSubmission(sub.problem)
+        submitted = submission.read(sub.path)
+    except submission.InvalidSubmission as exc:
+        record.error, record.status = str(exc), "submission error"
+        _zero_tasks(record)
+        if feedback_dir is not None:
+            _feedback(record, None, sub, feedback_dir, settings)
+        return record
+    template = templates.get(sub.assignment, sub.notebook)
+    released = nbformat.read(template / "exercises" / sub.assignment / sub.notebook, as_version=4)
+    repaired, record.notes = submission.repair(submitted, released)
+    record.flags = submission.review_flags(submitted, released)
+
+    job = sandbox.Job.create(
+        workdir / f"job-{uuid.uuid4().hex[:12]}", slots.pool_dir() / f"slot-{GRADE_SLOT}", settings.limits
+    )
+    course = job.root / "course"
+    try:
+        (course / "submitted" / NBGRADER_STUDENT / sub.assignment).mkdir(parents=True)
+        shutil.copy(template / "gradebook.db", course / "gradebook.db")
+        config = GRADING_CONFIG.format(
+            cell_timeout=settings.cell_timeout, notebook_timeout=settings.notebook_timeout
+        )
+        env = {"COURSEKIT_GRADED": "1", "COURSEKIT_PYTHON_CELLS": python_cells(released)}
+        if settings.sandboxed:
+            config += 'c.Execute.kernel_manager_class = "coursekit.grading.sandbox.SandboxedKernelManager"\n'
+            sandbox.clone_template(job)
+            env["COURSEKIT_JOB"] = str(job.root)
+        (course / "nbgrader_config.py").write_text(config)
+        nbformat.write(repaired, course / "submitted" / NBGRADER_STUDENT / sub.assignment / sub.notebook)
+        args = ["autograde", sub.assignment, "--student", NBGRADER_STUDENT, "--force"]
+        result = _watched(course, args, env, job, settings)
+        _read_scores(record, course, sub)
+        if not record.tasks:
+            record.error = "the notebook could not be run: " + _tail(result.stdout)
+            record.status = "grader error"
+            _zero_tasks(record)
+        elif result.returncode:
+            record.error = "grading stopped early: " + _tail(result.stdout)
+        record.events = sandbox.limit_events(job) + [
+            line for line in result.stdout.splitlines() if line.startswith("[stopped:")
+        ]
+        if feedback_dir is not None:
+            _feedback(record, course, sub, feedback_dir, settings, released)
+    finally:
+        job.remove()
+    if record.status == "ok" and (record.notes or record.error):
+        record.status = "submission error" if record.error else "repaired"
+    record.seconds = round(time.monotonic() - started, 1)
+    return record
+
+
+def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, settings: Settings):
+    """Run nbgrader; stop the job when what it can write outgrows the disk limit."""
+    stop = threading.Event()
+    killed = []
+
+    def watch():
+        while not stop.wait(0.5):
+            if sum(sandbox.written_bytes(job.root / d) for d in ("run", "slot")) > settings.limits.disk_bytes:
+                killed.append(True)
+                sandbox.remove_cgroups(job.root.name)
+                for p in _pids_under(course):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(p, signal.SIGKILL)
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        # the harness stops at notebook_timeout and saves what it graded; this is the backstop
+        result = _nbgrader(course, args, env, timeout=settings.notebook_timeout + 300)
+    finally:
+        stop.set()
+        watcher.join()
+    if killed:
+        result.stdout += (
+            f"\n[stopped: the job wrote more than {settings.limits.disk_bytes >> 20} MiB to disk]"
+        )
+    return result
+
+
+def _pids_under(course: Path) -> list[int]:
+    """Processes whose working directory is inside the job (nbgrader and its kernel launcher)."""
+    import psutil
+
+    pids = []
+    for p in psutil.process_iter(["cwd"]):
+        cwd = p.info.get("cwd") or ""
+        if cwd.startswith(str(course)):
+            pids.append(p.pid)
+    return pids
+
+
+def _tail(text: str, n: int = 600) -> str:
+    lines = [line for line in text.splitlines() if line.strip() and "Kernel is running over TCP" not in line]
+    return "\n".join(lines)[-n:]
+
+
+def _zero_tasks(record: Record) -> None:
+    """Every task at 0 of its real points (from the exercise, never from the submission)."""
+    src = nbformat.read(source_path(record.assignment, record.notebook), as_version=4)
+    for cell in src.cells:
+        if harness.is_test(cell):
+            nbg = harness.nbgrader_meta(cell)
+            record.tasks[nbg["grade_id"]] = [0.0, float(nbg.get("points", 0)), record.error]
+    record.score = 0.0
+    record.max_score = sum(t[1] for t in record.tasks.values())
+
+
+def _read_scores(record: Record, course: Path, sub: Submission) -> None:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    stem = Path(sub.notebook).stem
+    autograded = course / "autograded" / NBGRADER_STUDENT / sub.assignment / sub.notebook
+    messages = _messages(nbformat.read(autograded, as_version=4)) if autograded.is_file() else {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        try:
+            nb = gb.find_submission_notebook(stem, sub.assignment, NBGRADER_STUDENT)
+        except MissingEntry:
+            return
+        for g in nb.grades:
+            if g.max_score:
+                record.tasks[g.name] = [float(g.score or 0), float(g.max_score), messages.get(g.name)]
+    record.score = sum(t[0] for t in record.tasks.values())
+    record.max_score = sum(t[1] for t in record.tasks.values())
+
+
+def _hide_tests(autograded: Path, released: nbformat.NotebookNode) -> None:
+    """Test cells as the student saw them (no hidden tests), and their errors without the
+    source excerpts a compiler error quotes."""
+    visible = {
+        harness.nbgrader_meta(c).get("grade_id"): c.source for c in released.cells if harness.is_test(c)
+    }
+    nb = nbformat.read(autograded, as_version=4)
+    for cell in nb.cells:
+        if harness.is_test(cell):
+            cell.source = visible.get(harness.nbgrader_meta(cell).get("grade_id"), "")
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    out["traceback"] = [f"{out.get('ename')}: {out.get('evalue')}"]
+    nbformat.write(nb, autograded)
+
+
+def _feedback(record, course, sub, feedback_dir, settings, released=None) -> None:
+    dest = feedback_dir / student_dir(sub.student) / sub.assignment / (Path(sub.notebook).stem + ".html")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    html = ""
+    if course is not None and record.tasks and record.status != "grader error":
+        autograded = course / "autograded" / NBGRADER_STUDENT / sub.assignment / sub.notebook
+        if autograded.is_file() and released is not None and not settings.show_hidden_tests:
+            _hide_tests(autograded, released)
+        args = ["generate_feedback", sub.assignment, "--student", NBGRADER_STUDENT, "--force"]
+        result = _nbgrader(course, args, {}, timeout=300)
+        made = course / "feedback" / NBGRADER_STUDENT / sub.assignment / (Path(sub.notebook).stem + ".html")
+        if result.returncode == 0 and made.is_file():
+            html = made.read_text()
+    notes = "".join(f"<li>{_escape(n)}</li>" for n in record.notes + ([record.error] if record.error else []))
+    banner = f"<div class='coursekit-notes'><b>Before grading:</b><ul>{notes}</ul></div>" if notes else ""
+    if record.events:
+        events = "".join(f"<li>{_escape(e)}</li>" for e in record.events)
+        banner += f"<div class='coursekit-events'><b>While grading:</b><ul>{events}</ul></div>"
+    if record.flags:
+        flags = "".join(f"<li>{_escape(f)}</li>" for f in record.flags)
+        banner += f"<div class='coursekit-flags'><b>For your instructor's review:</b><ul>{flags}</ul></div>"
+    failed = [
+        f"<li>{_escape(t)}: {_escape(m or 'failed')}</li>" for t, (s, mx, m) in record.tasks.items() if s < mx
+    ]
+    if failed:
+        banner += f"<div class='coursekit-failed'><b>Tests that failed:</b><ul>{''.join(failed)}</ul></div>"
+    if not html:
+        title = _escape(sub.notebook)
+        html = f"<html><body><h1>{title}</h1><p>Score: 0 / {record.max_score:g}</p></body></html>"
+    _atomic_write(dest, html.replace("<body>", "<body>" + banner, 1))
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# -- the grade store -------------------------------------------------------------------------
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def record_path(out: Path, student: str, assignment: str, notebook: str) -> Path:
+    return out / "results" / student_dir(student) / assignment / (Path(notebook).stem + ".json")
+
+
+def load_records(out: Path) -> list[Record]:
+    records = []
+    for p in sorted((out / "results").glob("*/*/*.json")):
+        try:
+            records.append(Record(**json.loads(p.read_text())))
+        except (ValueError, TypeError):
+            continue  # a record is only ever replaced whole; skip anything else
+    return records
+
+
+def write_csv(out: Path) -> Path:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["student", "assignment", "notebook", "score", "max_score", "status", "flags", "feedback"])
+    for r in load_records(out):
+        status = r.status + (": " + r.error.splitlines()[0] if r.error else "")
+        feedback = (
+            Path("feedback") / student_dir(r.student) / r.assignment / (Path(r.notebook).stem + ".html")
+        )
+        row = [r.student, r.assignment, Path(r.notebook).stem, f"{r.score:g}", f"{r.max_score:g}", status]
+        w.writerow([*row, "; ".join(r.flags), str(feedback)])
+    path = out / "grades.csv"
+    _atomic_write(path, buf.getvalue())
+    return path
+
+
+# -- the batch -------------------------------------------------------------------------------
+def ensure_template_slot(assignments: set[str]) -> None:
+    """The sandboxes' build directory: warm for every framework these assignments use."""
+    from ..setup.prewarm import is_warm, warm
+
+    used = set()
+    for a in assignments:
+        for nb in (ROOT / "solutions" / a).glob("*.ipynb"):
+            deps = {
+                line
+                for cell in nbformat.read(nb, as_version=4).cells
+                if cell.cell_type == "code"
+                for line in cell.source.splitlines()
+                if line.startswith(":dep")
+            }
+            used |= {fw for fw in pins.frameworks() if set(pins.dep_lines(fw)) <= deps}
+    for fw in sorted(used):
+        if not is_warm(GRADE_SLOT, fw):
+            print(f"[grade] compiling {fw} for the sandboxes (once)", flush=True)
+            warm(GRADE_SLOT, fw)
+    (slots.pool_dir() / f"slot-{GRADE_SLOT}").mkdir(parents=True, exist_ok=True)
+
+
+def preflight(settings: Settings) -> list[str]:
+    """Warnings about limits that cannot hold on this machine (printed before grading)."""
+    if not settings.sandboxed:
+        return ["--no-sandbox: submissions run with your own rights; use it for trusted notebooks only"]
+    if not shutil.which("bwrap"):
+        raise InputError("bubblewrap (bwrap) is missing: `sudo apt-get install bubblewrap`, or --no-sandbox")
+    problem = sandbox.cgroup_problem()
+    return [problem] if problem else []
+
+
+def grade(
+    src: Path,
+    out: Path,
+    jobs: int | None = None,
+    settings: Settings | None = None,
+    force: bool = False,
+    retry_errors: bool = False,
+    zip_pattern: str | None = None,
+    progress: bool = True,
+):
+    """Grade every submission under `src` into `out`; return the records of this run."""
+    from tqdm import tqdm
+
+    settings = settings or Settings()
+    for warning in preflight(settings):
+        print(f"[grade] WARNING: {warning}", file=sys.stderr, flush=True)
+    src, out = src.resolve(), out.resolve()  # jobs run in other working directories
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / ".work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    assignments = sorted(d.name for d in (ROOT / "solutions").iterdir() if d.is_dir())
+    subs, ignored = discover(src, work / "unzipped", assignments, zip_pattern or ZIP_PATTERN)
+    for path in ignored:
+        print(
+            f"[grade] WARNING: {path} is not STUDENT/ASSIGNMENT/NOTEBOOK.ipynb nor in a zip: not graded",
+            file=sys.stderr,
+        )
+    todo, done = [], []
+    for sub in subs:
+        try:
+            previous = json.loads(record_path(out, sub.student, sub.assignment, sub.notebook).read_text())
+        except (OSError, ValueError):
+            previous = None
+        stale = previous is None or previous.get("key") != input_key(sub, settings)
+        retry = retry_errors and previous is not None and previous.get("status") == "grader error"
+        (todo if force or stale or retry else done).append(sub)
+    if settings.sandboxed and todo:
+        ensure_template_slot({s.assignment for s in todo if s.assignment in assignments})
+    templates = Templates(work)
+    records = []
+    jobs = jobs or os.cpu_count() or 1
+    bar = tqdm(
+        total=len(todo), unit="notebook", disable=not progress, desc=f"grading ({len(done)} unchanged)"
+    )
+    with ThreadPoolExecutor(jobs) as pool, bar:
+        futures = {pool.submit(run_job, s, templates, work, settings, out / "feedback"): s for s in todo}
+        for fut in as_completed(futures):
+            sub = futures[fut]
+            try:
+                record = fut.result()
+            except Exception as exc:  # a fault of the grader itself: record it, go on
+                record = Record(sub.student, sub.assignment, sub.notebook, "", error=f"grader error: {exc!r}")
+                record.status = "grader error"
+                with contextlib.suppress(Exception):
+                    _zero_tasks(record)
+            _atomic_write(
+                record_path(out, sub.student, sub.assignment, sub.notebook),
+                json.dumps(asdict(record), indent=1),
+            )
+            records.append(record)
+            bar.update()
+    write_csv(out)
+    shutil.rmtree(work, ignore_errors=True)
+    return records

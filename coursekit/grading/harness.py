@@ -1,0 +1,226 @@
+"""Running an exercise notebook so that a test's points mean its code ran to its end.
+
+`GradedExecute` replaces nbgrader's `Execute` in `coursekit grade`, `coursekit check` and
+nbgrader's Validate (nbgrader_config.py), so the three reach the same verdict:
+
+- Each test cell runs inside the prelude's `grading::test` harness (a `catch_unwind`, so a
+  panic counts whatever panic hook the student installed), with the notebook's test
+  helpers (cells tagged `coursekit.test_helpers`) copied into it as local items, which a
+  student's redefinition of the same names cannot replace. Test cells call assertion
+  macros by absolute path (`::core::assert_eq!`; tests/test_structure.py keeps the rule).
+- The harness's proof of success carries a secret made for this run; a test scores only if
+  its cell shows that proof and no error. The judge is this process, outside the kernel.
+- A kernel that dies, or a cell that loses the Rust state (a timeout, a crash of evcxr),
+  costs only that cell: a fresh kernel replays the cells before it (tests excepted) and
+  the notebook goes on.
+- A cell's output is capped in bytes, whatever form it takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import secrets
+import time
+
+from nbclient.exceptions import DeadKernelError
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Integer
+
+PASS_MIME = "application/x-coursekit-test-passed"  # also in the prelude (grading::PASS_MIME)
+HIDDEN_BEGIN = "// BEGIN HIDDEN TESTS"
+LOST_STATE = ("CellTimeoutError", "KeyboardInterrupt", "RustProcessExited", "EvcxrCrash")
+
+
+def nbgrader_meta(cell) -> dict:
+    meta = cell.get("metadata")
+    nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return nbg if isinstance(nbg, dict) else {}
+
+
+def is_test(cell) -> bool:
+    nbg = nbgrader_meta(cell)
+    return cell.get("cell_type") == "code" and bool(nbg.get("grade")) and not nbg.get("solution")
+
+
+def is_helpers(cell) -> bool:
+    return bool(cell.get("metadata", {}).get("coursekit", {}).get("test_helpers"))
+
+
+def arm(source: str, nonce: str, name: str, helpers: str = "") -> str:
+    """The test cell's Rust code inside the harness. Its lines keep their numbers (the
+    harness opens on the first line); the helpers follow the test as local items. (Test
+    cells are Rust: tests/test_structure.py keeps it so.)"""
+    lines = [
+        "::coursekit_prelude::grading::hidden(); " + line if line.strip() == HIDDEN_BEGIN else line
+        for line in source.split("\n")
+    ]
+    # `{` first: evcxr takes a line that starts with `:` before any Rust code for a command.
+    head = (
+        f'{{::coursekit_prelude::grading::test("{nonce}", "{name}", || -> ::core::result::Result<(), '
+        "::coursekit_prelude::grading::Failure> { "
+    )
+    return head + "\n".join(lines) + "\n;\n" + helpers + "\n::core::result::Result::Ok(())\n});};"
+
+
+def _output_bytes(content: dict) -> int:
+    if "text" in content:
+        return len(content["text"])
+    data = content.get("data", {})
+    return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in data.values())
+
+
+class _StateLost(Exception):
+    """A cell ended with the Rust state gone (timeout, crash of evcxr)."""
+
+
+class GradedExecute(Execute):
+    notebook_timeout = Integer(
+        900, help="seconds for the whole notebook; cells after it get 0 with a message"
+    ).tag(config=True)
+    max_restarts = Integer(6, help="fresh kernels after crashes, at most").tag(config=True)
+    max_cell_output = Integer(256 * 1024, help="bytes of output kept per cell").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        from nbclient import NotebookClient
+
+        NotebookClient.__init__(self, nb, km)
+        self.reset_execution_trackers()
+        self._check_assign_resources(resources)
+        armed = self._arm(nb)
+        self._output_sizes: dict[int, int] = {}
+        self._run(nb, set(armed))
+        self._judge(nb, armed)
+        return nb, self.resources
+
+    # -- the harness ---------------------------------------------------------------------
+    def _arm(self, nb) -> dict[int, tuple[str, str]]:
+        """Wrap every test cell; cell index -> (its source, its secret)."""
+        helpers = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and is_helpers(c))
+        armed = {}
+        for index, cell in enumerate(nb.cells):
+            if is_test(cell) and cell.source.strip():
+                nonce = secrets.token_hex(16)
+                armed[index] = (cell.source, nonce)
+                cell.source = arm(cell.source, nonce, nbgrader_meta(cell).get("grade_id", "test"), helpers)
+        return armed
+
+    def _judge(self, nb, armed: dict[int, tuple[str, str]]) -> None:
+        """A test passed if its cell shows this run's proof and no error; put the sources back."""
+        for index, (source, nonce) in armed.items():
+            cell = nb.cells[index]
+            cell.source = source
+            proven, outputs = False, []
+            for out in cell.outputs:
+                data = out.get("data", {})
+                if PASS_MIME in data:
+                    with contextlib.suppress(ValueError, AttributeError):
+                        proven = proven or json.loads(data[PASS_MIME]).get("nonce") == nonce
+                    data = {k: v for k, v in data.items() if k != PASS_MIME}
+                    if not data:
+                        continue
+                    out = NotebookNode({**out, "data": data})
+                outputs.append(out)
+            errors = [o for o in outputs if o.output_type == "error"]
+            failed = bool(errors)
+            if failed:  # nbgrader scores by the first telling output: the error goes first
+                outputs = errors + [o for o in outputs if o.output_type != "error"]
+            elif proven:
+                # What the student's code printed to stderr is shown, but the harness decides.
+                outputs = [
+                    NotebookNode({**o, "name": "stdout"}) if o.get("name") == "stderr" else o for o in outputs
+                ]
+            else:
+                outputs.insert(
+                    0,
+                    _error(
+                        "TestNotCompleted",
+                        "the test did not run to its end: the grader saw no proof that it finished",
+                    ),
+                )
+            cell.outputs = outputs
+
+    # -- running, with fresh kernels after crashes ---------------------------------------
+    def _run(self, nb, tests: set[int]) -> None:
+        deadline = time.monotonic() + self.notebook_timeout
+        skip: set[int] = set()  # cells that crashed: never replayed
+        start, restarts = 0, 0
+        while True:
+            self._replaying = False
+            self._current = start
+            try:
+                with self.setup_kernel():
+                    info = self.wait_for_reply(self.kc.kernel_info())
+                    self.nb.metadata["language_info"] = info["content"]["language_info"]
+                    self._replay(nb, start, skip | tests)
+                    for index in range(start, len(nb.cells)):
+                        self._current = index
+                        cell = nb.cells[index]
+                        if time.monotonic() > deadline and cell.cell_type == "code":
+                            cell.outputs = [
+                                _not_run(f"the notebook's {self.notebook_timeout} s were used up")
+                            ]
+                            continue
+                        self.preprocess_cell(cell, self.resources, index)
+                        start = index + 1
+                        if any(o.get("ename") in LOST_STATE for o in cell.get("outputs", [])):
+                            skip.add(index)
+                            raise _StateLost
+                return
+            except (DeadKernelError, _StateLost) as exc:
+                index = self._current
+                skip.add(index)
+                if isinstance(exc, DeadKernelError) and not self._replaying:
+                    nb.cells[index].outputs.append(
+                        _error(
+                            "KernelDied",
+                            "the kernel died while running this cell; the next cells run in a fresh one",
+                        )
+                    )
+                    start = index + 1
+                restarts += 1
+                self.km, self.kc = None, None
+                if restarts > self.max_restarts:
+                    for cell in nb.cells[start:]:
+                        if cell.cell_type == "code":
+                            cell.outputs = [_not_run(f"the kernel died {restarts} times")]
+                    return
+
+    def _replay(self, nb, upto: int, skip: set[int]) -> None:
+        """Rebuild the state of cells [0, upto) in a fresh kernel, keeping their outputs."""
+        self._replaying = True
+        for index in range(upto):
+            cell = nb.cells[index]
+            if cell.cell_type == "code" and index not in skip:
+                self._current = index
+                self.execute_cell(copy.deepcopy(cell), index, store_history=False)
+        self._replaying = False
+
+    def output(self, outs, msg, display_id, cell_index):
+        """Keep at most max_cell_output bytes of a cell's output, whatever its form."""
+        used = self._output_sizes.get(cell_index, 0)
+        size = _output_bytes(msg.get("content", {}))
+        if used >= self.max_cell_output:
+            return None
+        self._output_sizes[cell_index] = used + size
+        if used + size > self.max_cell_output:
+            note = f"[output cut: this cell printed more than {self.max_cell_output} bytes]\n"
+            content = msg["content"]
+            if "text" in content:
+                msg = {**msg, "content": {**content, "text": content["text"][: self.max_cell_output - used]}}
+                super().output(outs, msg, display_id, cell_index)
+            outs.append(NotebookNode({"output_type": "stream", "name": "stdout", "text": "\n" + note}))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def _error(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(
+        {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [f"{ename}: {evalue}"]}
+    )
+
+
+def _not_run(why: str) -> NotebookNode:
+    return _error("NotRun", f"not run: {why}")

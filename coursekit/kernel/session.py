@@ -1,0 +1,116 @@
+"""A kernel driven cell by cell over the Jupyter protocol: set-up's prewarm, doctor's probe,
+the cheat-sheet's checks, bench and the tests all run Rust through it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from jupyter_client.manager import KernelManager
+
+
+class Ran(NamedTuple):
+    """What one cell did: the execute_reply's content and the cell's outputs, in order."""
+
+    reply: dict
+    outputs: list[tuple[str, dict]]
+
+    @property
+    def ok(self) -> bool:
+        return self.reply.get("status") == "ok" and not any(t == "error" for t, _ in self.outputs)
+
+    def stream(self, name: str = "stdout") -> str:
+        return "".join(c["text"] for t, c in self.outputs if t == "stream" and c["name"] == name)
+
+    @property
+    def error(self) -> str | None:
+        """`ename: evalue` of the cell's error, if it failed."""
+        for t, c in self.outputs:
+            if t == "error":
+                return f"{c.get('ename')}: {c.get('evalue')}"
+        return None if self.ok else f"{self.reply.get('ename')}: {self.reply.get('evalue')}"
+
+
+class KernelSession:
+    """A running kernel, talked to over Unix sockets in a short private directory (no TCP
+    port, and no "running over TCP without encryption" warning in every log)."""
+
+    def __init__(
+        self,
+        name: str = "rust-pytorch",
+        cwd: Path | str | None = None,
+        env: dict | None = None,
+        spec_manager=None,
+        startup_timeout: float = 300,
+    ):
+        self.runtime = tempfile.mkdtemp(prefix="ck-")
+        kwargs = {"kernel_spec_manager": spec_manager} if spec_manager else {}
+        self.km = KernelManager(kernel_name=name, transport="ipc", **kwargs)
+        self.km.connection_file = os.path.join(self.runtime, "kernel.json")
+        self.km.ip = os.path.join(self.runtime, "k")
+        self.km.start_kernel(cwd=str(cwd or os.getcwd()), env={**os.environ, **(env or {})})
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        try:
+            self.kc.wait_for_ready(timeout=startup_timeout)
+        except RuntimeError:
+            self.close()
+            raise
+
+    def run(self, code: str, timeout: float = 600) -> Ran:
+        """Execute one cell; its reply and outputs (status and echo messages left out)."""
+        msg_id = self.kc.execute(code)
+        outputs = []
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no result within {timeout} s for {code[:80]!r}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(left, 5))
+            except queue.Empty:
+                if not self.km.is_alive():
+                    raise RuntimeError("the kernel died") from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+            if msg["msg_type"] not in ("status", "execute_input"):
+                outputs.append((msg["msg_type"], msg["content"]))
+        return Ran(self.reply(msg_id, timeout=60), outputs)
+
+    def reply(self, msg_id: str, timeout: float = 60) -> dict:
+        while True:
+            msg = self.kc.get_shell_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg["content"]
+
+    def stdout(self, code: str, timeout: float = 600) -> str:
+        """The cell's stdout; AssertionError if the cell failed."""
+        ran = self.run(code, timeout)
+        assert ran.ok, (ran.reply, ran.outputs)
+        return ran.stream("stdout")
+
+    def drain_iopub(self) -> None:
+        while True:
+            try:
+                self.kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                return
+
+    def close(self, now: bool = False) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=now)
+        shutil.rmtree(self.runtime, ignore_errors=True)
+
+    def __enter__(self) -> KernelSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

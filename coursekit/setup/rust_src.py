@@ -1,0 +1,308 @@
+"""The Rust standard-library sources that evcxr's embedded rust-analyzer reads.
+
+rust-analyzer infers the type of every variable a cell keeps for the next cells from the
+standard library's sources (`RUST_SRC_PATH`, a `library/` folder). Sources older than the
+compiler break that for everyday code: with rustc 1.95 and Debian 12's 1.85 sources,
+`let v = vec![1, 2];` fails with "Couldn't automatically determine type of variable".
+Measured with rustc 1.95 (tests/test_rust_src.py keeps the rule): sources of the same
+release, or up to FITS_AHEAD releases newer, work; older ones do not.
+
+Where the sources come from, first that works:
+1. `RUST_SRC_PATH`, when set (a version that does not fit is an error, never ignored);
+2. the toolchain's own `rust-src` component (rustup), or installed packaged sources
+   (`/usr/src/rustc-X.Y.Z/library`, e.g. Debian's `rust-web-src`) whose version fits;
+3. sources unpacked earlier into the kit's cache (~/.cache/coursekit/rust-src/X.Y.Z);
+4. `rustup component add rust-src`, where rustup can download;
+5. Debian's architecture-independent `rust-src`/`rust-web-src` package of a fitting
+   version, downloaded over HTTPS from the Debian archive (its signed InRelease checked
+   with `gpgv` where Debian's keyring is installed; the package checked against the
+   index's SHA256)
+   and unpacked into the cache: nothing is installed system-wide, and it works on any OS.
+Otherwise set-up stops with the versions involved and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+FITS_AHEAD = 2  # newer releases that still work (measured: 1.96 and 1.97 with rustc 1.95)
+MIRROR = os.environ.get("COURSEKIT_DEBIAN_MIRROR", "https://deb.debian.org/debian")
+# Suites searched in this order; the small backports indexes first.
+SUITES = ("trixie-backports", "bookworm-backports", "trixie", "forky", "sid")
+PACKAGES = ("rust-src", "rust-web-src")
+KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+VERSION_FILE = "coursekit-rust-src-version"
+
+
+class SourcesError(RuntimeError):
+    """No fitting sources, or sources that do not fit: the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Sources:
+    library: Path  # the folder RUST_SRC_PATH names (it holds core/src/lib.rs)
+    version: str | None  # X.Y.Z, None when it cannot be told
+    origin: str  # where they came from, for the set-up log and doctor
+
+
+def rustc_version() -> str:
+    """The active rustc's version, X.Y.Z."""
+    try:
+        out = subprocess.run(["rustc", "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SourcesError(f"cannot run rustc ({exc}); install Rust with rustup first") from None
+    m = re.match(r"rustc (\d+\.\d+\.\d+)", out)
+    if not m:
+        raise SourcesError(f"cannot read rustc's version from {out!r}")
+    return m.group(1)
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor, *_ = (int(x) for x in version.split("."))
+    return major, minor
+
+
+def fits(sources: str, rustc: str) -> bool:
+    """Sources of rustc's release or of up to FITS_AHEAD releases after it."""
+    (smaj, smin), (rmaj, rmin) = _minor(sources), _minor(rustc)
+    return smaj == rmaj and rmin <= smin <= rmin + FITS_AHEAD
+
+
+def is_library(path: Path) -> bool:
+    return (path / "core" / "src" / "lib.rs").is_file()
+
+
+def _sysroot() -> Path | None:
+    try:
+        out = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return Path(out.stdout.strip()) if out.returncode == 0 else None
+
+
+def component_library() -> Path | None:
+    """Where rustup's rust-src component puts the sources of the active toolchain."""
+    sysroot = _sysroot()
+    return sysroot / "lib" / "rustlib" / "src" / "rust" / "library" if sysroot else None
+
+
+def version_of(library: Path) -> str | None:
+    """The release a `library/` folder belongs to: the kit's marker file, a `rustc-X.Y.Z`
+    folder above it (Debian), or the active toolchain's version for its rust-src component."""
+    marker = library / VERSION_FILE
+    if marker.is_file():
+        return marker.read_text().strip()
+    for part in reversed(library.resolve().parts):
+        m = re.fullmatch(r"rustc-(\d+\.\d+\.\d+)", part)
+        if m:
+            return m.group(1)
+    component = component_library()
+    if component is not None and library.resolve() == component.resolve():
+        return rustc_version()
+    return None
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "coursekit" / "rust-src"
+
+
+def _mismatch(what: str, have: str | None, rustc: str) -> str:
+    lo, hi = _minor(rustc)
+    return (
+        f"{what} holds Rust {have or 'sources of unknown version'}, but rustc is {rustc}: evcxr needs the "
+        f"standard library's sources of Rust {lo}.{hi} to {lo}.{hi + FITS_AHEAD}"
+    )
+
+
+def find(rustc: str | None = None) -> Sources | None:
+    """Fitting sources already on this machine (steps 1-3 above), or None."""
+    rustc = rustc or rustc_version()
+    env = os.environ.get("RUST_SRC_PATH")
+    if env:
+        library = Path(env)
+        if not is_library(library):
+            raise SourcesError(
+                f"RUST_SRC_PATH={env} has no core/src/lib.rs: unset it or point it at a `library` folder"
+            )
+        have = version_of(library)
+        if have is None or not fits(have, rustc):
+            raise SourcesError(_mismatch(f"RUST_SRC_PATH={env}", have, rustc) + "; unset RUST_SRC_PATH")
+        return Sources(library, have, "RUST_SRC_PATH")
+    candidates = []
+    component = component_library()
+    if component is not None:
+        candidates.append((component, "the toolchain's rust-src component"))
+    candidates += [(Path(p), "packaged sources") for p in sorted(Path("/usr/src").glob("rustc-*/library"))]
+    candidates += [(p, "the kit's cache") for p in sorted(cache_dir().glob("*/library"))]
+    for library, origin in candidates:
+        have = version_of(library) if is_library(library) else None
+        if have is not None and fits(have, rustc):
+            return Sources(library, have, f"{origin} ({library})")
+    return None
+
+
+def ensure(log=print, rustc: str | None = None) -> Sources:
+    """Fitting sources, fetched if needed (steps 4-5); SourcesError if there are none."""
+    rustc = rustc or rustc_version()
+    found = find(rustc)
+    if found:
+        return found
+    tried = []
+    if shutil.which("rustup") and component_library() is not None:
+        log("adding rustup's rust-src component (the standard library's sources evcxr needs)")
+        result = subprocess.run(
+            ["rustup", "component", "add", "rust-src"], capture_output=True, text=True, timeout=600
+        )
+        library = component_library()
+        if result.returncode == 0 and library is not None and is_library(library):
+            return Sources(library, rustc, "the toolchain's rust-src component, just added")
+        tried.append(
+            "`rustup component add rust-src` failed: " + (result.stderr.strip().splitlines() or ["?"])[-1]
+        )
+    try:
+        return download(rustc, log)
+    except (OSError, SourcesError, ValueError, lzma.LZMAError, tarfile.TarError) as exc:
+        tried.append(f"the Debian archive ({MIRROR}): {exc}")
+    lo, hi = _minor(rustc)
+    raise SourcesError(
+        f"no standard-library sources for rustc {rustc} (evcxr needs those of Rust {lo}.{hi} to "
+        f"{lo}.{hi + FITS_AHEAD}). Tried: " + "; ".join(tried) + ". Fix: `rustup component add rust-src` "
+        "where rustup can download, or set RUST_SRC_PATH to the `library` folder of Rust "
+        f"{rustc}'s sources (its rust-src tarball from https://static.rust-lang.org), then run set-up again"
+    )
+
+
+# -- the Debian archive ------------------------------------------------------------------
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 (https URL of the archive)
+        return response.read()
+
+
+def _release_hashes(suite: str) -> dict[str, str]:
+    """path -> SHA256 from the suite's InRelease, whose signature gpgv checks where it can."""
+    signed = _get(f"{MIRROR}/dists/{suite}/InRelease")
+    if shutil.which("gpgv") and KEYRING.is_file():
+        with tempfile.NamedTemporaryFile(suffix=".InRelease") as f:
+            f.write(signed)
+            f.flush()
+            check = subprocess.run(
+                ["gpgv", "--keyring", str(KEYRING), f.name], capture_output=True, text=True
+            )
+        if check.returncode:
+            raise SourcesError(
+                f"the signature of {suite}'s InRelease does not verify: {check.stderr.strip()[-300:]}"
+            )
+    hashes, in_sha256 = {}, False
+    for line in signed.decode("utf-8", "replace").splitlines():
+        if line.startswith("SHA256:"):
+            in_sha256 = True
+        elif in_sha256 and line.startswith(" "):
+            digest, _, path = line.split()
+            hashes[path] = digest
+        else:
+            in_sha256 = False
+    return hashes
+
+
+def _stanzas(text: str):
+    for block in text.split("\n\n"):
+        fields = dict(re.findall(r"^([\w-]+): (.*)$", block, re.M))
+        if fields:
+            yield fields
+
+
+def upstream(debian_version: str) -> str:
+    """1.95.0+dfsg1-2~bpo13+1 -> 1.95.0"""
+    return re.split(r"[+~-]", debian_version.split(":")[-1])[0]
+
+
+def candidates(suite: str, rustc: str, log=print) -> list[dict]:
+    """The suite's source packages that fit rustc, closest release first."""
+    index = "main/binary-all/Packages.xz"
+    digest = _release_hashes(suite).get(index)
+    data = _get(f"{MIRROR}/dists/{suite}/{index}")
+    if digest != hashlib.sha256(data).hexdigest():
+        # A mirror being updated, or a caching proxy, can serve an index newer or older than
+        # its InRelease: the package's own hash (below) then rests on HTTPS alone.
+        log(f"  note: {suite}'s {index} does not match its InRelease; trusting HTTPS for it")
+    found = []
+    for fields in _stanzas(lzma.decompress(data).decode("utf-8", "replace")):
+        if fields.get("Package") in PACKAGES and fits(upstream(fields.get("Version", "0.0")), rustc):
+            found.append(fields)
+    return sorted(found, key=lambda f: _minor(upstream(f["Version"])))
+
+
+def download(rustc: str, log=print) -> Sources:
+    """Fetch, verify and unpack a fitting Debian source package into the cache."""
+    for suite in SUITES:
+        try:
+            found = candidates(suite, rustc, log)
+        except (OSError, SourcesError) as exc:
+            log(f"  {suite}: {exc}")
+            continue
+        if not found:
+            continue
+        fields = found[0]
+        url = f"{MIRROR}/{fields['Filename']}"
+        log(f"downloading Rust {upstream(fields['Version'])} standard-library sources from {url}")
+        deb = _get(url)
+        if hashlib.sha256(deb).hexdigest() != fields.get("SHA256"):
+            raise SourcesError(f"{url} does not match the hash in the archive's index")
+        return unpack(deb, upstream(fields["Version"]), url)
+    raise SourcesError(f"no rust-src or rust-web-src package fitting rustc {rustc} in {', '.join(SUITES)}")
+
+
+def ar_members(data: bytes) -> dict[str, bytes]:
+    """The members of an `ar` archive (a .deb)."""
+    if not data.startswith(b"!<arch>\n"):
+        raise SourcesError("not a .deb (ar) archive")
+    members, pos = {}, 8
+    while pos + 60 <= len(data):
+        header = data[pos : pos + 60]
+        name = header[:16].decode().strip().rstrip("/")
+        size = int(header[48:58].decode().strip())
+        members[name] = data[pos + 60 : pos + 60 + size]
+        pos += 60 + size + (size % 2)
+    return members
+
+
+def unpack(deb: bytes, version: str, origin: str) -> Sources:
+    """Extract the package's `usr/src/rustc-*/library` into cache_dir()/VERSION/library."""
+    members = ar_members(deb)
+    name = next((n for n in members if n.startswith("data.tar")), None)
+    if name is None:
+        raise SourcesError("the package has no data.tar member")
+    dest = cache_dir() / version
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=dest.parent))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(members[name])) as tar:
+            prefix = re.compile(r"^\.?/?usr/src/rustc-[^/]+/library/")
+            picked = []
+            for info in tar.getmembers():
+                if prefix.match(info.name):
+                    info.name = "library/" + prefix.sub("", info.name)
+                    picked.append(info)
+            tar.extractall(tmp, members=picked, filter="data")
+        library = tmp / "library"
+        if not is_library(library):
+            raise SourcesError("the package holds no library/core/src/lib.rs")
+        (library / VERSION_FILE).write_text(version + "\n")
+        (library / "coursekit-rust-src-origin").write_text(origin + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Sources(dest / "library", version, f"Debian's package, unpacked into {dest} ({origin})")

@@ -1,0 +1,134 @@
+"""The Rust std sources evcxr's analyzer reads: which versions fit, where set-up finds them,
+fetching Debian's package into the cache, and the kernel probe that proves they work
+(issue: the README's commands on a fresh Debian 12 machine)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from coursekit.setup import doctor, rust_src
+
+
+def test_versions_that_fit_rustc():
+    assert rust_src.fits("1.95.0", "1.95.0")
+    assert rust_src.fits("1.95.1", "1.95.0")
+    assert rust_src.fits("1.97.1", "1.95.0")
+    assert not rust_src.fits("1.85.0", "1.95.0"), "Debian 12's rust-web-src: the case that broke"
+    assert not rust_src.fits("1.94.1", "1.95.0")
+    assert not rust_src.fits("1.98.0", "1.95.0")
+    assert not rust_src.fits("2.95.0", "1.95.0")
+    assert rust_src.upstream("1.95.0+dfsg1-2~bpo13+1") == "1.95.0"
+    assert rust_src.upstream("1.85.0+dfsg3-1~deb12u3") == "1.85.0"
+
+
+def _library(root: Path) -> Path:
+    (root / "core" / "src").mkdir(parents=True)
+    (root / "core" / "src" / "lib.rs").write_text("// core\n")
+    return root
+
+
+def test_version_is_read_from_debian_folders_and_the_kits_marker(tmp_path):
+    assert rust_src.version_of(_library(tmp_path / "rustc-1.96.0" / "library")) == "1.96.0"
+    marked = _library(tmp_path / "x" / "library")
+    assert rust_src.version_of(marked) is None
+    (marked / rust_src.VERSION_FILE).write_text("1.95.0\n")
+    assert rust_src.version_of(marked) == "1.95.0"
+
+
+def test_rust_src_path_that_does_not_fit_is_an_error_never_ignored(tmp_path, monkeypatch):
+    old = _library(tmp_path / "rustc-1.85.0" / "library")
+    monkeypatch.setenv("RUST_SRC_PATH", str(old))
+    with pytest.raises(rust_src.SourcesError) as err:
+        rust_src.find("1.95.0")
+    assert "holds Rust 1.85.0, but rustc is 1.95.0" in str(err.value)
+    assert "1.95 to 1.97" in str(err.value) and "unset RUST_SRC_PATH" in str(err.value)
+    monkeypatch.setenv("RUST_SRC_PATH", str(tmp_path / "nothing"))
+    with pytest.raises(rust_src.SourcesError, match="no core/src/lib.rs"):
+        rust_src.find("1.95.0")
+    monkeypatch.setenv("RUST_SRC_PATH", str(_library(tmp_path / "rustc-1.95.0" / "library")))
+    assert rust_src.find("1.95.0").version == "1.95.0"
+
+
+def _deb(files: dict[str, bytes]) -> bytes:
+    """A .deb (ar archive) whose data.tar.xz holds `files`."""
+    tar_bytes = io.BytesIO()
+    with tarfile.open(fileobj=tar_bytes, mode="w:xz") as tar:
+        for name, body in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    members = {"debian-binary": b"2.0\n", "control.tar.xz": b"", "data.tar.xz": tar_bytes.getvalue()}
+    out = b"!<arch>\n"
+    for name, body in members.items():
+        out += f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(body):<10}`\n".encode() + body
+        out += b"\n" if len(body) % 2 else b""
+    return out
+
+
+def test_a_debian_package_is_unpacked_into_the_cache_and_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    deb = _deb(
+        {
+            "./usr/src/rustc-1.96.0/library/core/src/lib.rs": b"// core\n",
+            "./usr/src/rustc-1.96.0/library/std/src/lib.rs": b"// std\n",
+            "./usr/src/rustc-1.96.0/src/tools/x.rs": b"not the library\n",
+            "./usr/share/doc/rust-src/copyright": b"...",
+        }
+    )
+    found = rust_src.unpack(deb, "1.96.0", "test")
+    assert found.library == tmp_path / "cache" / "coursekit" / "rust-src" / "1.96.0" / "library"
+    assert sorted(p.name for p in found.library.iterdir()) == [
+        "core",
+        "coursekit-rust-src-origin",
+        rust_src.VERSION_FILE,
+        "std",
+    ]
+    assert rust_src.version_of(found.library) == "1.96.0"
+    with pytest.raises(rust_src.SourcesError, match="not a .deb"):
+        rust_src.unpack(b"<html>", "1.96.0", "test")
+
+
+@pytest.mark.full
+def test_fetching_fitting_sources_from_the_debian_archive(tmp_path, monkeypatch):
+    """The fallback where rustup cannot download: the real archive, verified, unpacked."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rustc = rust_src.rustc_version()
+    found = rust_src.download(rustc, log=lambda msg: None)
+    assert rust_src.is_library(found.library) and (found.library / "std" / "src" / "lib.rs").is_file()
+    assert rust_src.fits(found.version, rustc)
+    assert found.version.rsplit(".", 1)[0] == rustc.rsplit(".", 1)[0], "the same release comes first"
+
+
+def test_kernel_keeps_a_vec_between_cells():
+    """The quick tier's proof that the std sources work: what doctor runs last."""
+    assert doctor.probe_kernel() is None
+
+
+def test_the_kernels_sources_fit_rustc():
+    spec = json.loads((Path(sys.prefix) / "share/jupyter/kernels/rust-pytorch/kernel.json").read_text())
+    library = Path(spec["env"]["RUST_SRC_PATH"])
+    assert rust_src.fits(rust_src.version_of(library), rust_src.rustc_version()), library
+
+
+def test_doctor_fails_with_the_fix_when_rust_src_path_does_not_fit(tmp_path):
+    old = _library(tmp_path / "rustc-1.85.0" / "library")
+    result = subprocess.run(
+        [sys.executable, "-m", "coursekit", "doctor"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RUST_SRC_PATH": str(old)},
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stdout
+    assert "FAIL  RUST_SRC_PATH=" + str(old) + " holds Rust 1.85.0" in result.stdout
+    assert "fix: unset RUST_SRC_PATH" in result.stdout
