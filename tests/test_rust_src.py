@@ -23,7 +23,8 @@ def test_versions_that_fit_rustc():
     assert rust_src.fits("1.95.1", "1.95.0")
     assert rust_src.fits("1.97.1", "1.95.0")
     assert not rust_src.fits("1.85.0", "1.95.0"), "Debian 12's rust-web-src: the case that broke"
-    assert not rust_src.fits("1.94.1", "1.95.0")
+    assert rust_src.fits("1.94.1", "1.95.0")
+    assert not rust_src.fits("1.93.1", "1.95.0")
     assert not rust_src.fits("1.98.0", "1.95.0")
     assert not rust_src.fits("2.95.0", "1.95.0")
     assert rust_src.upstream("1.95.0+dfsg1-2~bpo13+1") == "1.95.0"
@@ -50,7 +51,7 @@ def test_rust_src_path_that_does_not_fit_is_an_error_never_ignored(tmp_path, mon
     with pytest.raises(rust_src.SourcesError) as err:
         rust_src.find("1.95.0")
     assert "holds Rust 1.85.0, but rustc is 1.95.0" in str(err.value)
-    assert "1.95 to 1.97" in str(err.value) and "unset RUST_SRC_PATH" in str(err.value)
+    assert "1.94 to 1.97" in str(err.value) and "unset RUST_SRC_PATH" in str(err.value)
     monkeypatch.setenv("RUST_SRC_PATH", str(tmp_path / "nothing"))
     with pytest.raises(rust_src.SourcesError, match="no core/src/lib.rs"):
         rust_src.find("1.95.0")

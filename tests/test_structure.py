@@ -164,3 +164,42 @@ def test_local_links_and_images_exist(doc):
     local = [t for t in targets if "://" not in t]
     missing = [t for t in local if not ((ROOT / doc).parent / t).exists()]
     assert not missing, f"{doc} links to missing files: {missing}"
+
+
+EXERCISES = sorted((ROOT / "solutions").glob("*/*.ipynb")) + sorted((ROOT / "exercises").glob("*/*.ipynb"))
+# Macros whose redefinition by a student could turn a failing check into a passing one.
+CHECKING_MACROS = r"assert\w*|debug_assert\w*|matches|panic|unreachable|todo|unimplemented"
+KEYWORDS = {"if", "while", "for", "match", "return", "in", "as", "move", "loop", "let", "mut", "fn", "ref"}
+
+
+def _defined_fns(cells) -> set[str]:
+    return {name for c in cells for name in re.findall(r"^\s*(?:pub\s+)?fn\s+(\w+)", c.source, re.M)}
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_test_cells_use_only_what_a_student_cannot_replace(path):
+    """In a test cell (and the test helpers graded runs copy into each test): checking
+    macros by absolute path (`::core::assert_eq!`), bare function calls only to the tasks'
+    functions, the test helpers and the cell's own closures (anything else by path or as a
+    method); no `:`-line first (evcxr would take it for a command); Rust only."""
+    from coursekit.grading.harness import is_helpers, is_test, nbgrader_meta
+
+    nb = nbformat.read(path, as_version=4)
+    answers = [c for c in nb.cells if nbgrader_meta(c).get("solution")]
+    helpers = [c for c in nb.cells if c.cell_type == "code" and is_helpers(c)]
+    known = _defined_fns(answers) | _defined_fns(helpers)
+    for cell in [c for c in nb.cells if is_test(c)] + helpers:
+        gid = nbgrader_meta(cell).get("grade_id")
+        code = re.sub(r'"(?:\\.|[^"\\])*"', '""', cell.source)  # no string literals
+        code = "\n".join(line.split("//")[0] for line in code.splitlines())
+        assert not _is_python(cell), f"{gid}: tests are Rust"
+        first = next((line for line in code.splitlines() if line.strip()), "")
+        assert not first.lstrip().startswith(":"), f"{gid}: a first line starting with `:` is an evcxr command"
+        bare = re.findall(rf"(?<![\w:])({CHECKING_MACROS})!", code)
+        assert not bare, f"{gid}: call {sorted(set(bare))} by absolute path (::core::...!)"
+        local = set(re.findall(r"let\s+(?:mut\s+)?(\w+)\s*(?::[^=]*)?=\s*(?:move\s*)?\|", code))
+        calls = set(re.findall(r"(?<![\w:.!])([a-z_]\w*)\s*\(", code)) - KEYWORDS
+        unknown = calls - known - local - _defined_fns([cell])
+        assert not unknown, f"{gid}: {sorted(unknown)} can be redefined by a student: call them by path"
+    if helpers:
+        assert all(not re.search(r"^let ", c.source, re.M) for c in helpers), "helpers hold items only"

@@ -1,0 +1,207 @@
+"""The grader's pieces without a kernel (quick tier): who a submission belongs to, the test
+harness's wrapping and judging, review flags, disk accounting, the sandbox's environment
+and user, and cgroup v2 set-up (issue: grading never lies)."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from coursekit.grading import grade, harness, sandbox, submission
+
+ASSIGNMENTS = ["01_rust", "02_tensors"]
+NB = "01_values_moves_clone.ipynb"
+RELEASE = ROOT / "exercises" / "01_rust" / NB
+
+
+def _notebook(path: Path, text: str = "{}") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_a_zip_belongs_to_its_uploader_whatever_its_folders_say(tmp_path):
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    with zipfile.ZipFile(subs / "mallory_attempt_2.zip", "w") as z:
+        z.writestr(f"victim/01_rust/{NB}", "{}")
+        z.writestr(f"__MACOSX/victim/01_rust/._{NB}", "junk")
+    found, ignored = grade.discover(subs, tmp_path / "unzipped", ASSIGNMENTS)
+    assert [(s.student, s.assignment, s.notebook) for s in found] == [("mallory", "01_rust", NB)]
+    assert ignored == []
+
+
+def test_names_that_sanitise_alike_stay_two_students(tmp_path):
+    for name in ("jo smith", "jo_smith", "Jo/Smith"[:2]):
+        _notebook(tmp_path / name / "01_rust" / NB)
+    found, _ = grade.discover(tmp_path, tmp_path / ".unzipped", ASSIGNMENTS)
+    names = sorted(s.student for s in found)
+    assert names == ["Jo", "jo smith", "jo_smith"]
+    dirs = {grade.student_dir(n) for n in names}
+    assert len(dirs) == 3 and "jo_smith" in dirs
+    assert grade.student_dir("../etc") != "etc" and "/" not in grade.student_dir("../etc")
+
+
+def test_two_inputs_for_one_notebook_stop_the_batch_naming_both(tmp_path):
+    _notebook(tmp_path / "ann" / "01_rust" / NB)
+    with zipfile.ZipFile(tmp_path / "ann.zip", "w") as z:
+        z.writestr(NB, "{}")
+    with pytest.raises(grade.InputError) as err:
+        grade.discover(tmp_path, tmp_path / ".unzipped", ASSIGNMENTS)
+    assert f"ann.zip:{NB}" in str(err.value) and f"ann/01_rust/{NB}" in str(err.value)
+
+
+def test_two_copies_in_one_zip_grade_neither_and_say_why(tmp_path):
+    with zipfile.ZipFile(tmp_path / "bob.zip", "w") as z:
+        z.writestr(f"a/{NB}", "{}")
+        z.writestr(f"b/{NB}", "{}")
+    found, _ = grade.discover(tmp_path, tmp_path / ".unzipped", ASSIGNMENTS)
+    assert len(found) == 1
+    assert "2 notebooks named" in found[0].problem and f"a/{NB}" in found[0].problem
+
+
+def test_zip_names_follow_the_configured_pattern(tmp_path):
+    with zipfile.ZipFile(tmp_path / "12345-carol-attempt.zip", "w") as z:
+        z.writestr(NB, "{}")
+    with pytest.raises(grade.InputError, match="does not match the zip pattern"):
+        grade.discover(tmp_path, tmp_path / ".unzipped", ASSIGNMENTS, r"(?P<student>[a-z]+)\.zip")
+    found, _ = grade.discover(
+        tmp_path, tmp_path / ".unzipped", ASSIGNMENTS, r"\d+-(?P<student>[a-z]+)-.*\.zip"
+    )
+    assert found[0].student == "carol"
+
+
+def test_misplaced_notebooks_are_reported(tmp_path):
+    _notebook(tmp_path / "dave" / NB)
+    found, ignored = grade.discover(tmp_path, tmp_path / ".unzipped", ASSIGNMENTS)
+    assert found == [] and ignored == [f"dave/{NB}"]
+
+
+def test_armed_test_keeps_its_line_numbers_and_carries_the_helpers():
+    source = "let x = f(1);\n::core::assert_eq!(x, 2);\n// BEGIN HIDDEN TESTS\n::core::assert!(f(0) == 1);"
+    armed = harness.arm(source, "n0nce", "test_f", "fn helper() {}")
+    lines = armed.split("\n")
+    assert lines[0].startswith('{::coursekit_prelude::grading::test("n0nce", "test_f"')
+    assert lines[0].endswith("let x = f(1);") and lines[1] == "::core::assert_eq!(x, 2);"
+    assert lines[2].startswith("::coursekit_prelude::grading::hidden();")
+    assert "fn helper() {}" in armed and armed.endswith("});};")
+
+
+def _judged(outputs: list[dict], nonce: str = "right") -> list:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(
+        "x", metadata={"nbgrader": {"grade": True, "grade_id": "t", "points": 1}}
+    )
+    cell.outputs = [nbformat.from_dict(o) for o in outputs]
+    nb.cells = [cell]
+    harness.GradedExecute()._judge(nb, {0: ("x", nonce)})
+    return nb.cells[0].outputs
+
+
+PROOF = {"output_type": "display_data", "metadata": {}, "data": {harness.PASS_MIME: '{"nonce": "right"}'}}
+
+
+def test_a_test_passes_only_with_this_runs_proof_and_no_error():
+    assert _judged([PROOF]) == []
+    forged = {**PROOF, "data": {harness.PASS_MIME: '{"nonce": "guess"}'}}
+    assert _judged([forged])[0]["ename"] == "TestNotCompleted"
+    assert _judged([])[0]["ename"] == "TestNotCompleted"
+    error = {"output_type": "error", "ename": "RustPanic", "evalue": "boom", "traceback": []}
+    result = {
+        "output_type": "execute_result",
+        "execution_count": 1,
+        "metadata": {},
+        "data": {"text/plain": "1.0"},
+    }
+    judged = _judged([PROOF, result, error])
+    assert judged[0]["ename"] == "RustPanic", "the error goes first: nbgrader scores by the first output"
+    stderr = {"output_type": "stream", "name": "stderr", "text": "debug print\n"}
+    assert _judged([stderr, PROOF]) == [{"output_type": "stream", "name": "stdout", "text": "debug print\n"}]
+
+
+def test_review_flags_name_what_looks_like_an_attack():
+    released = nbformat.read(RELEASE, as_version=4)
+    nb = nbformat.read(RELEASE, as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = answer.source.replace("todo!()", "std::panic::set_hook(Box::new(|_| {}));\n    todo!()")
+    nb.cells.append(nbformat.v4.new_code_cell("struct Tensor;\nmacro_rules! assert_eq { () => {} }"))
+    flags = " | ".join(submission.review_flags(nb, released))
+    assert "replaces the panic hook" in flags
+    assert "macro named like one of std's" in flags
+    assert "redefines `Tensor`, which a locked cell of the exercise defines" in flags
+    answer.source = answer.source.replace("fn scale(", "fn scale_changed(")
+    assert "changes the code the exercise gave" in " ".join(submission.review_flags(nb, released))
+    assert submission.review_flags(released, released) == []
+
+
+def test_repair_rebuilds_metadata_and_drops_the_students_python():
+    released = nbformat.read(RELEASE, as_version=4)
+    nb = nbformat.read(RELEASE, as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.metadata["nbgrader"].update(grade=True, points=10)
+    nb.cells.append(nbformat.v4.new_code_cell("%%python\nprint('mine')"))
+    repaired, notes = submission.repair(nb, released)
+    assert not any("print('mine')" in c.source for c in repaired.cells)
+    gid = answer.metadata.nbgrader.grade_id
+    fixed = next(c for c in repaired.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
+    assert fixed.metadata.nbgrader.get("points") is None and not fixed.metadata.nbgrader.get("grade")
+    assert any("metadata" in n for n in notes) and any("%%python" in n for n in notes)
+
+
+def test_disk_use_counts_each_file_once_hard_links_included(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 100_000)
+    before = sandbox.written_bytes(tmp_path)
+    for i in range(5):
+        os.link(tmp_path / "a", tmp_path / f"link{i}")
+    assert sandbox.written_bytes(tmp_path) == before >= 100_000
+    (tmp_path / "b").write_bytes(b"y" * 100_000)
+    assert sandbox.written_bytes(tmp_path) >= 200_000
+
+
+def test_the_sandbox_gets_an_allow_list_of_variables_and_an_unprivileged_user(tmp_path, monkeypatch):
+    job = sandbox.Job.create(tmp_path / "job", None, sandbox.Limits())
+    try:
+        env = {"PATH": "/usr/bin", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "RUST_SRC_PATH": "/x", "HOME": "/root"}
+        inner = sandbox.sandbox_env(env, job)
+        assert (
+            "AWS_SECRET_ACCESS_KEY" not in inner
+            and inner["RUST_SRC_PATH"] == "/x"
+            and inner["HOME"] != "/root"
+        )
+        sandbox.clone_template(job)
+        monkeypatch.setattr(os, "geteuid", lambda: 0)
+        argv = sandbox.bwrap_argv(job, ["kernel"], env)
+        assert "--clearenv" in argv and "s3cr3t" not in argv
+        assert argv[argv.index("setpriv") :][:2] == ["setpriv", f"--reuid={sandbox.NOBODY}"], (
+            "root becomes nobody"
+        )
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
+        argv = sandbox.bwrap_argv(job, ["kernel"], env)
+        assert "setpriv" not in argv and "--unshare-all" in argv and "--cap-drop" in argv
+    finally:
+        job.remove()
+
+
+def test_cgroup_v2_controllers_are_enabled_down_to_the_job(tmp_path, monkeypatch):
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    (root / "cgroup.subtree_control").write_text("cpu\n")
+    monkeypatch.setattr(sandbox, "CGROUP", root)
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *a, **kw):  # the kernel makes a cgroup's files; so does this fake
+        real_mkdir(self, *a, **kw)
+        for name in ("cgroup.subtree_control", "memory.max", "pids.max", "cgroup.procs"):
+            if not (self / name).exists():
+                (self / name).write_text("")
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    dirs = sandbox._cgroup_dirs("job-1")
+    assert dirs == [root / "coursekit" / "job-1"]
+    assert (root / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (root / "coursekit" / "cgroup.subtree_control").read_text() == "+memory +pids"
