@@ -5,15 +5,14 @@ one (coursekit.grading.nbgrader_ext)."""
 from nbgrader.preprocessors import (
     CheckCellMetadata,
     ClearHiddenTests,
-    ClearOutput,
     ClearMarkScheme,
+    ClearOutput,
     ComputeChecksums,
     IncludeHeaderFooter,
     InstantiateTests,
     LockCells,
     SaveCells,
 )
-
 from nbgrader.validator import Validator
 
 from coursekit.grading.harness import GradedExecute

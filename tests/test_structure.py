@@ -194,7 +194,9 @@ def test_test_cells_use_only_what_a_student_cannot_replace(path):
         code = "\n".join(line.split("//")[0] for line in code.splitlines())
         assert not _is_python(cell), f"{gid}: tests are Rust"
         first = next((line for line in code.splitlines() if line.strip()), "")
-        assert not first.lstrip().startswith(":"), f"{gid}: a first line starting with `:` is an evcxr command"
+        assert not first.lstrip().startswith(":"), (
+            f"{gid}: a first line starting with `:` is an evcxr command"
+        )
         bare = re.findall(rf"(?<![\w:])({CHECKING_MACROS})!", code)
         assert not bare, f"{gid}: call {sorted(set(bare))} by absolute path (::core::...!)"
         local = set(re.findall(r"let\s+(?:mut\s+)?(\w+)\s*(?::[^=]*)?=\s*(?:move\s*)?\|", code))
