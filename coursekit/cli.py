@@ -93,7 +93,7 @@ def _next(args) -> int:
 
 
 def _solution(args) -> int:
-    from .learner.exercises import find
+    from .learner.exercises import answer, find
     from .learner.progress import done
 
     try:
@@ -104,8 +104,18 @@ def _solution(args) -> int:
     if not done(task) and not args.force:
         print(f"{task.key} has not passed `coursekit check` yet; solve it first (or add --force).")
         return 1
-    print(f"# reference solution of {task.key} ({task.title})\n{task.solution}")
+    print(f"// a reference solution of {task.key} ({task.title})\n{answer(task)}")
     return 0
+
+
+def _hint(args) -> int:
+    from .learner.check import hint
+
+    try:
+        return hint(args.task)
+    except KeyError as exc:
+        print(exc.args[0], file=sys.stderr)
+        return 2
 
 
 def _grade(args) -> int:
@@ -149,6 +159,7 @@ COMMANDS = {
     "check": (_check, "run an exercise's visible and hidden tests, task by task"),
     "progress": (_progress, "which exercises and tasks you have done"),
     "next": (_next, "the next unsolved task"),
+    "hint": (_hint, "a hint for a task: a nudge first, then a stronger one"),
     "solution": (_solution, "a task's reference solution, once the task passes"),
     "grade": (_grade, "autograde a folder (or LMS zips) of submissions, sandboxed and in parallel"),
     "cheatsheet": (_cheatsheet, "regenerate or check the PyTorch → Rust cheat-sheet (course/02_tensors)"),
@@ -178,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
         "--only", action="append", choices=["frameworks", "overhead", "grading"], help="only these parts"
     )
     p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")
-    p["check"].add_argument("--hints", action="store_true", help="show every task's hint")
+    p["check"].add_argument("--hints", action="store_true", help="show the first hint of each failing task")
+    p["hint"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")
     p["solution"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")
     p["solution"].add_argument("--force", action="store_true", help="show it even if the task does not pass")
     p["grade"].add_argument("submissions", help="folder of STUDENT/ASSIGNMENT/*.ipynb and/or *.zip")

@@ -174,10 +174,11 @@ def test_the_sandbox_gets_an_allow_list_of_variables_and_an_unprivileged_user(tm
         )
         sandbox.clone_template(job)
         monkeypatch.setattr(os, "geteuid", lambda: 0)
-        argv = sandbox.bwrap_argv(job, ["kernel"], env)
+        uid = sandbox.JOB_UID_BASE + 42
+        argv = sandbox.bwrap_argv(job, ["kernel"], env, uid)
         assert "--clearenv" in argv and "s3cr3t" not in argv
-        assert argv[argv.index("setpriv") :][:2] == ["setpriv", f"--reuid={sandbox.NOBODY}"], (
-            "root becomes nobody"
+        assert argv[argv.index("setpriv") :][:2] == ["setpriv", f"--reuid={uid}"], (
+            "root becomes the job's user"
         )
         monkeypatch.setattr(os, "geteuid", lambda: 1000)
         argv = sandbox.bwrap_argv(job, ["kernel"], env)

@@ -89,6 +89,7 @@ class Record:
     notes: list = field(default_factory=list)  # repairs made before grading
     flags: list = field(default_factory=list)  # what looks like an attack, for review
     events: list = field(default_factory=list)  # limits that fired while grading
+    answers: dict = field(default_factory=dict)  # answer cell's grade_id -> the error it ran into
     error: str | None = None  # why the notebook could not be graded (all tasks 0)
     status: str = "ok"  # ok, repaired, submission error, grader error
     seconds: float = 0.0
@@ -324,6 +325,24 @@ def _messages(nb: nbformat.NotebookNode) -> dict[str, str]:
     return found
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _answer_errors(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """grade_id -> the first error of each answer cell (a compile error shows its lines)."""
+    found = {}
+    for cell in nb.cells:
+        nbg = harness.nbgrader_meta(cell)
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if nbg.get("solution") and errors:
+            error = errors[0]
+            detail = "\n".join(ANSI.sub("", line) for line in error.get("traceback", [])[1:])
+            found[nbg["grade_id"]] = f"{error.get('ename')}: {error.get('evalue')}" + (
+                f"\n{detail}" if detail else ""
+            )
+    return found
+
+
 def python_cells(released: nbformat.NotebookNode) -> str:
     """Hashes of the release's %%python cells: the only Python a graded kernel runs."""
     bodies = [split_python(c.source) for c in released.cells if c.cell_type == "code"]
@@ -370,7 +389,12 @@ def run_job(
         config = GRADING_CONFIG.format(
             cell_timeout=settings.cell_timeout, notebook_timeout=settings.notebook_timeout
         )
-        env = {"COURSEKIT_GRADED": "1", "COURSEKIT_PYTHON_CELLS": python_cells(released)}
+        events = job.root / "events.json"  # what the harness saw happen
+        env = {
+            "COURSEKIT_GRADED": "1",
+            "COURSEKIT_PYTHON_CELLS": python_cells(released),
+            "COURSEKIT_EVENTS": str(events),
+        }
         if settings.sandboxed:
             config += 'c.Execute.kernel_manager_class = "coursekit.grading.sandbox.SandboxedKernelManager"\n'
             sandbox.clone_template(job)
@@ -389,6 +413,8 @@ def run_job(
         record.events = sandbox.limit_events(job) + [
             line for line in result.stdout.splitlines() if line.startswith("[stopped:")
         ]
+        with contextlib.suppress(OSError, ValueError):
+            record.events += json.loads(events.read_text())
         if feedback_dir is not None:
             _feedback(record, course, sub, feedback_dir, settings, released)
     finally:
@@ -462,7 +488,9 @@ def _read_scores(record: Record, course: Path, sub: Submission) -> None:
 
     stem = Path(sub.notebook).stem
     autograded = course / "autograded" / NBGRADER_STUDENT / sub.assignment / sub.notebook
-    messages = _messages(nbformat.read(autograded, as_version=4)) if autograded.is_file() else {}
+    graded = nbformat.read(autograded, as_version=4) if autograded.is_file() else None
+    messages = _messages(graded) if graded else {}
+    record.answers = _answer_errors(graded) if graded else {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         try:
             nb = gb.find_submission_notebook(stem, sub.assignment, NBGRADER_STUDENT)

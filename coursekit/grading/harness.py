@@ -21,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import secrets
 import time
+from pathlib import Path
 
 from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
@@ -91,9 +93,16 @@ class GradedExecute(Execute):
         self._check_assign_resources(resources)
         armed = self._arm(nb)
         self._output_sizes: dict[int, int] = {}
+        self.events: list[str] = []
         self._run(nb, set(armed))
         self._judge(nb, armed)
+        if os.environ.get("COURSEKIT_EVENTS"):  # the grader's record of what happened
+            Path(os.environ["COURSEKIT_EVENTS"]).write_text(json.dumps(self.events))
         return nb, self.resources
+
+    def _event(self, nb, index: int, what: str) -> None:
+        gid = nbgrader_meta(nb.cells[index]).get("grade_id")
+        self.events.append(f"{what} (cell {gid or f'{index + 1}, one of your own'})")
 
     # -- the harness ---------------------------------------------------------------------
     def _arm(self, nb) -> dict[int, tuple[str, str]]:
@@ -165,14 +174,19 @@ class GradedExecute(Execute):
                             continue
                         self.preprocess_cell(cell, self.resources, index)
                         start = index + 1
-                        if any(o.get("ename") in LOST_STATE for o in cell.get("outputs", [])):
+                        lost = [
+                            o.get("ename") for o in cell.get("outputs", []) if o.get("ename") in LOST_STATE
+                        ]
+                        if lost:
                             skip.add(index)
+                            self._event(nb, index, f"{lost[0]}: the cells after it ran in a fresh kernel")
                             raise _StateLost
                 return
             except (DeadKernelError, _StateLost) as exc:
                 index = self._current
                 skip.add(index)
                 if isinstance(exc, DeadKernelError) and not self._replaying:
+                    self._event(nb, index, "the kernel died: the cells after it ran in a fresh one")
                     nb.cells[index].outputs.append(
                         _error(
                             "KernelDied",
@@ -206,6 +220,7 @@ class GradedExecute(Execute):
             return None
         self._output_sizes[cell_index] = used + size
         if used + size > self.max_cell_output:
+            self._event(self.nb, cell_index, f"output cut at {self.max_cell_output} bytes")
             note = f"[output cut: this cell printed more than {self.max_cell_output} bytes]\n"
             content = msg["content"]
             if "text" in content:

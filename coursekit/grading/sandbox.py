@@ -4,7 +4,8 @@ nbgrader runs outside, trusted; only the kernel it starts runs inside bubblewrap
 
 - no network (a fresh network namespace; the kernel talks to nbgrader over Unix sockets
   in the job's runtime directory), its own PID/IPC/UTS namespaces, no capabilities, and an
-  unprivileged user: the grader's own user, or `nobody` when the grader runs as root;
+  unprivileged user: the grader's own user, or a user of the job's own when the grader
+  runs as root;
 - a file system made of read-only system directories, the Python environment, the kit's
   package, the Rust toolchain and crate sources; a cell can write only to size-capped
   tmpfs (home, working directory, /tmp), the job's runtime directory and its build
@@ -39,7 +40,10 @@ from jupyter_client.manager import AsyncKernelManager
 from ..setup import slots
 
 BIG_FILE = 64 * 1024  # artefacts above this size are shared read-only, smaller files copied
-NOBODY = 65534  # the sandbox's user when the grader runs as root
+# When the grader runs as root, each sandbox runs as a user of its own (this base plus its
+# launcher's pid): no other account's files are its, and the per-user limits (processes)
+# are per job — with one shared user, one job's fork bomb starved the others.
+JOB_UID_BASE = 1_000_000
 HOME = "/sandbox/home"
 WORK = "/sandbox/work"
 # The only variables of the grader's environment a kernel sees (its kernelspec's among them).
@@ -155,10 +159,13 @@ def clone_template(job: Job) -> None:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, dst)
     job.readonly_files.write_text("\n".join(shared))
-    if os.geteuid() == 0:  # the sandbox runs as nobody: its directories must be its own
-        for d in (job.slot, job.root / "run"):
-            for path in [d, *d.rglob("*")]:
-                os.lchown(path, NOBODY, NOBODY)
+
+
+def give_to(job: Job, uid: int) -> None:
+    """Make the job's writable directories the sandbox user's (the grader runs as root)."""
+    for d in (job.slot, job.root / "run"):
+        for path in [d, *d.rglob("*")]:
+            os.lchown(path, uid, uid)
 
 
 def written_bytes(root: Path) -> int:
@@ -202,8 +209,9 @@ def sandbox_env(env: dict[str, str], job: Job) -> dict[str, str]:
     }
 
 
-def bwrap_argv(job: Job, argv: list[str], env: dict[str, str]) -> list[str]:
-    """The bubblewrap command that runs `argv` in the job's sandbox."""
+def bwrap_argv(job: Job, argv: list[str], env: dict[str, str], uid: int | None = None) -> list[str]:
+    """The bubblewrap command that runs `argv` in the job's sandbox (as `uid` when the
+    grader runs as root)."""
     real_cargo = Path(env.get("CARGO_HOME", Path.home() / ".cargo"))
     inner = sandbox_env(env, job)
     package = Path(__file__).resolve().parent.parent
@@ -211,8 +219,8 @@ def bwrap_argv(job: Job, argv: list[str], env: dict[str, str]) -> list[str]:
     as_root = os.geteuid() == 0
     cmd = ["bwrap", "--die-with-parent", "--new-session"]
     if as_root:
-        # No user namespace: root sets the sandbox up, then setpriv (below) becomes nobody
-        # with no capabilities before anything of the submission's runs.
+        # No user namespace: root sets the sandbox up, then setpriv (below) becomes the job's
+        # own unprivileged user, with no capabilities, before anything of the submission runs.
         cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     else:
         cmd += ["--unshare-all", "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000"]
@@ -244,7 +252,8 @@ def bwrap_argv(job: Job, argv: list[str], env: dict[str, str]) -> list[str]:
         cmd += ["--setenv", key, value]
     cmd += ["--chdir", WORK, "--"]
     if as_root:
-        drop = [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all"]
+        uid = uid or JOB_UID_BASE
+        drop = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
         cmd += ["setpriv", *drop, "--bounding-set=-all", "--no-new-privs", "--"]
     return [*cmd, *argv]
 
@@ -346,7 +355,8 @@ def apply_limits(job: Job) -> list[Path]:
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_NOFILE, limits.open_files),
         (resource.RLIMIT_CPU, limits.cpu_seconds),
-        (resource.RLIMIT_NPROC, limits.processes),
+        # with a pids cgroup, that is the limit (and counts its events); this is the backstop
+        (resource.RLIMIT_NPROC, limits.processes + (64 if groups else 0)),
     ):
         resource.setrlimit(res, (value, value))
     return groups
@@ -413,10 +423,13 @@ def main(argv: list[str]) -> None:
     sep, *cmd = argv
     assert sep == "--", "usage: python -m coursekit.grading.sandbox -- COMMAND..."
     job = Job.load(Path(os.environ["COURSEKIT_JOB"]))
-    if os.geteuid() == 0:  # the kernel, as nobody, must read the connection file nbgrader wrote
-        for path in cmd[cmd.index("-f") + 1 :][:1] if "-f" in cmd else []:
-            os.chown(path, NOBODY, NOBODY)
-    full = bwrap_argv(job, cmd, dict(os.environ))
+    uid = None
+    if os.geteuid() == 0:
+        uid = JOB_UID_BASE + os.getpid()
+        give_to(job, uid)
+        for path in cmd[cmd.index("-f") + 1 :][:1] if "-f" in cmd else []:  # nbgrader's connection file
+            os.chown(path, uid, uid)
+    full = bwrap_argv(job, cmd, dict(os.environ), uid)
     apply_limits(job)
     os.execvpe("bwrap", full, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 

@@ -41,12 +41,44 @@ def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
         got = sum(s[0] for s in scores)
         mark = f"{g}PASS{e}" if ok else f"{r}FAIL{e}"
         print(f"  {mark} {task.id:28} {got:g}/{task.points:g}  {task.title}")
+        if ok:
+            continue
+        own = record.answers.get(task.id)
+        if own:  # the learner's own cell failed: that is the error to read first
+            print(indent(f"your code for {task.id}: {own}", 7))
         for test, s in zip(task.tests, scores, strict=True):
-            if s[0] != s[1] and s[2]:
-                print(f"       {test}: {s[2].splitlines()[0][:300]}")
-        if task.hint and (hints or not ok):
-            print(f"       {d}hint: {task.hint}{e}")
+            if s[0] != s[1] and s[2] and not own:
+                print(indent(f"{test}: {s[2]}", 7))
+        if task.hints:
+            if hints:
+                print(f"       {d}hint: {task.hints[0]}{e}")
+            else:
+                print(f"       {d}stuck? `coursekit hint {task.key}` gives a hint{e}")
     progress.save_results(results)
     passed = sum(results.values())
     print(f"{passed}/{len(results)} tasks pass; score {record.score:g}/{record.max_score:g}")
     return 0 if passed == len(results) else 1
+
+
+def indent(message: str, by: int, max_lines: int = 25, max_chars: int = 3000) -> str:
+    """A whole message, indented, cut only when very long."""
+    text = message.strip()
+    lines = text[:max_chars].splitlines()
+    cut = len(lines) > max_lines or len(text) > max_chars
+    lines = lines[:max_lines] + (["[…]"] if cut else [])
+    return "\n".join(" " * by + line for line in lines)
+
+
+def hint(name: str) -> int:
+    """The next hint of a task: a nudge first, then a stronger one (like rustlings' hints)."""
+    task = exercises.find(name)
+    if not task.hints:
+        print(f"{task.key} has no hint; its lesson is {exercises.lesson_of(task)}")
+        return 0
+    seen = progress.next_hint(task, len(task.hints))
+    print(f"hint {seen + 1}/{len(task.hints)} for {task.key} ({task.title}):\n  {task.hints[seen]}")
+    if seen + 1 == len(task.hints):
+        print(
+            f"That was the last hint. Once the task passes, `coursekit solution {task.key}` shows an answer."
+        )
+    return 0

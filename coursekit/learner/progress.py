@@ -39,11 +39,25 @@ def save_results(passed: dict[str, bool]) -> None:
         entry.update(passed=ok, checked=now)
         if ok:
             entry.setdefault("first_passed", now)
+    _save(state)
+
+
+def _save(state: dict) -> None:
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
     os.replace(tmp, path)
+
+
+def next_hint(task: exercises.Task, levels: int) -> int:
+    """The level of hint to show now (0-based), counting this one as seen."""
+    state = load()
+    entry = state["tasks"].setdefault(task.key, {})
+    level = min(int(entry.get("hints_seen", 0)), levels - 1)
+    entry["hints_seen"] = level + 1
+    _save(state)
+    return level
 
 
 def done(task: exercises.Task, state: dict | None = None) -> bool:
