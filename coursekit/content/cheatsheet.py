@@ -17,36 +17,26 @@ the code that is checked.
 from __future__ import annotations
 
 import argparse
+import ast
 import html
 import json
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from .. import pins
 from ..pins import ROOT
 
 PAGE = ROOT / "course" / "02_tensors" / "cheatsheet.md"
+DATA = Path(__file__).with_name("cheatsheet.yaml")  # the rows, inputs and set-up (see its header)
 FRAMEWORKS = ("tch", "candle", "burn", "dfdx")
 TITLES = {"tch": "tch", "candle": "Candle", "burn": "Burn (NdArray)", "dfdx": "DFDX"}
 # Every result must match PyTorch's: numpy.allclose(rust, torch, **TOLERANCE), same shape.
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 LINE = "@@cheatsheet "  # prefix of the lines the Rust programs print
-
-# The inputs every row may use: name -> (nested values, element type). Deterministic values:
-# `p` is positive (for log, sqrt, pow), `c` a column, `m` a 0/1 mask, `idx`/`gi` indices.
-INPUTS: dict[str, tuple[list, str]] = {
-    "a": ([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]], "float"),
-    "b": ([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], "float"),
-    "p": ([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], "float"),
-    "v": ([0.5, 1.0, 2.0], "float"),
-    "c": ([[10.0], [20.0]], "float"),
-    "m": ([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]], "float"),
-    "x": ([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[7.0, 8.0, 9.0], [10.0, 11.0, 12.0]]], "float"),
-    "y": ([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 2.0], [1.0, -1.0]]], "float"),
-    "idx": ([2, 0], "int"),
-    "gi": ([[2, 0], [1, 1]], "int"),
-}
 
 
 @dataclass(frozen=True)
@@ -66,16 +56,6 @@ class Code:
     ret: str = ""
 
 
-def W(code: str, missing: str, **kw) -> Code:  # noqa: N802 - reads as a table marker
-    """A workaround: the framework lacks the operation (`missing` says what)."""
-    return Code(code, missing=missing, **kw)
-
-
-def N(code: str, note: str, **kw) -> Code:  # noqa: N802
-    """An equivalent with a note."""
-    return Code(code, note=note, **kw)
-
-
 @dataclass(frozen=True)
 class Row:
     name: str
@@ -90,648 +70,114 @@ class Row:
         return getattr(self, fw)
 
 
-def _row(name, group, torch, tch, candle, burn, dfdx) -> Row:
-    def as_code(c):
-        return c if isinstance(c, Code) else Code(c)
+# -- loading the data file ------------------------------------------------------------------------
 
-    return Row(name, group, torch, as_code(tch), as_code(candle), as_code(burn), as_code(dfdx))
+_ROW_KEYS = {"name", "torch", *FRAMEWORKS}
+_ENTRY_KEYS = {"code", "missing", "note", "shape", "ret"}
+_KINDS = {"float", "int"}
 
 
-SCALAR_1 = (
-    "Burn has no rank-0 tensors: a full reduction returns shape [1] (`.into_scalar()` gives the number)"
-)
-KEEPS_DIM = "Burn's reductions keep the reduced dim; squeeze it"
-DFDX_TUPLE_CONCAT = "concatenating const dims needs nightly Rust; make the dim a runtime `usize` first"
+class DataError(ValueError):
+    """cheatsheet.yaml does not have the expected form; the message says where."""
 
-ROWS: list[Row] = [
-    # -- creation ---------------------------------------------------------------------------
-    _row(
-        "zeros",
-        "Creation",
-        "torch.zeros(2, 3)",
-        "Tensor::zeros([2, 3], FLOAT_CPU)",
-        "Tensor::zeros((2, 3), DType::F32, &dev)?",
-        "Tensor::<B, 2>::zeros([2, 3], &dev)",
-        "dev.zeros::<Rank2<2, 3>>()",
-    ),
-    _row(
-        "ones",
-        "Creation",
-        "torch.ones(2, 3)",
-        "Tensor::ones([2, 3], FLOAT_CPU)",
-        "Tensor::ones((2, 3), DType::F32, &dev)?",
-        "Tensor::<B, 2>::ones([2, 3], &dev)",
-        "dev.ones::<Rank2<2, 3>>()",
-    ),
-    _row(
-        "full",
-        "Creation",
-        "torch.full((2, 3), 7.0)",
-        "Tensor::full([2, 3], 7.0, FLOAT_CPU)",
-        "Tensor::full(7f32, (2, 3), &dev)?",
-        "Tensor::<B, 2>::full([2, 3], 7.0, &dev)",
-        W("dev.ones::<Rank2<2, 3>>() * 7.0", "no `full`"),
-    ),
-    _row(
-        "arange",
-        "Creation",
-        "torch.arange(5.0)",
-        "Tensor::arange(5, FLOAT_CPU)",
-        "Tensor::arange(0f32, 5., &dev)?",
-        N("Tensor::<B, 1, Int>::arange(0..5, &dev).float()", "`arange` makes an `Int` tensor"),
-        N("dev.arange(Const::<5>)", "`use dfdx::data::Arange`"),
-    ),
-    _row(
-        "linspace",
-        "Creation",
-        "torch.linspace(0, 1, 5)",
-        "Tensor::linspace(0.0, 1.0, 5, FLOAT_CPU)",
-        W("(Tensor::arange(0f32, 5., &dev)? / 4.0)?", "no `linspace`"),
-        W("Tensor::<B, 1, Int>::arange(0..5, &dev).float() / 4.0", "no `linspace`"),
-        W("dev.arange(Const::<5>) / 4.0", "no `linspace`"),
-    ),
-    _row(
-        "eye",
-        "Creation",
-        "torch.eye(3)",
-        "Tensor::eye(3, FLOAT_CPU)",
-        "Tensor::eye(3, DType::F32, &dev)?",
-        "Tensor::<B, 2>::eye(3, &dev)",
-        W("dev.upper_tri::<Rank2<3, 3>>(1.0, 0).lower_tri(0)", "no `eye`"),
-    ),
-    _row(
-        "tensor from data",
-        "Creation",
-        "torch.tensor([[1.0, 2.0], [3.0, 4.0]])",
-        "Tensor::from_slice2(&[[1f32, 2.], [3., 4.]])",
-        "Tensor::new(&[[1f32, 2.], [3., 4.]], &dev)?",
-        "Tensor::<B, 2>::from_floats([[1.0, 2.0], [3.0, 4.0]], &dev)",
-        "dev.tensor([[1.0, 2.0], [3.0, 4.0]])",
-    ),
-    _row(
-        "from a flat vector",
-        "Creation",
-        "torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).reshape(2, 3)",
-        "Tensor::from_slice(&[1f32, 2., 3., 4., 5., 6.]).view([2, 3])",
-        "Tensor::from_vec(vec![1f32, 2., 3., 4., 5., 6.], (2, 3), &dev)?",
-        "Tensor::<B, 2>::from_data(TensorData::new(vec![1f32, 2., 3., 4., 5., 6.], [2, 3]), &dev)",
-        "dev.tensor_from_vec(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], (Const::<2>, Const::<3>))",
-    ),
-    _row(
-        "zeros_like",
-        "Creation",
-        "torch.zeros_like(a)",
-        "a.zeros_like()",
-        "a.zeros_like()?",
-        "a.zeros_like()",
-        "dev.zeros_like(&a)",
-    ),
-    # -- shapes -----------------------------------------------------------------------------
-    _row(
-        "reshape",
-        "Shapes and indexing",
-        "a.reshape(3, 2)",
-        "a.reshape([3, 2])",
-        "a.reshape((3, 2))?",
-        "a.reshape([3, 2])",
-        "a.reshape::<Rank2<3, 2>>()",
-    ),
-    _row(
-        "reshape with -1",
-        "Shapes and indexing",
-        "a.reshape(-1, 2)",
-        "a.reshape([-1, 2])",
-        N("a.reshape(((), 2))?", "`()` marks the inferred dim"),
-        "a.reshape([-1, 2])",
-        W("a.reshape::<Rank2<3, 2>>()", "no inferred dim: the shape is a type"),
-    ),
-    _row(
-        "transpose (2-D)",
-        "Shapes and indexing",
-        "a.t()",
-        N("a.tr()", "`t()` is named `tr()`"),
-        "a.t()?",
-        "a.transpose()",
-        W("a.permute::<Rank2<3, 2>, _>()", "no `t()`: permute to the target shape"),
-    ),
-    _row(
-        "transpose two dims",
-        "Shapes and indexing",
-        "x.transpose(1, 2)",
-        "x.transpose(1, 2)",
-        "x.transpose(1, 2)?",
-        "x.swap_dims(1, 2)",
-        W("x.permute::<_, Axes3<0, 2, 1>>()", "no `transpose`: permute by axes"),
-    ),
-    _row(
-        "permute",
-        "Shapes and indexing",
-        "x.permute(2, 0, 1)",
-        "x.permute([2, 0, 1])",
-        "x.permute((2, 0, 1))?",
-        "x.permute([2, 0, 1])",
-        "x.permute::<_, Axes3<2, 0, 1>>()",
-    ),
-    _row(
-        "unsqueeze",
-        "Shapes and indexing",
-        "a.unsqueeze(0)",
-        "a.unsqueeze(0)",
-        "a.unsqueeze(0)?",
-        N("a.unsqueeze_dim::<3>(0)", "the result's rank is a type parameter"),
-        W("a.reshape::<Rank3<1, 2, 3>>()", "no `unsqueeze`"),
-    ),
-    _row(
-        "squeeze a dim",
-        "Shapes and indexing",
-        "c.squeeze(1)",
-        "c.squeeze_dim(1)",
-        "c.squeeze(1)?",
-        "c.squeeze_dim::<1>(1)",
-        W("c.reshape::<Rank1<2>>()", "no `squeeze`"),
-    ),
-    _row(
-        "flatten",
-        "Shapes and indexing",
-        "a.flatten()",
-        "a.flatten(0, -1)",
-        "a.flatten_all()?",
-        "a.flatten::<1>(0, 1)",
-        W("a.reshape::<Rank1<6>>()", "no `flatten` op"),
-    ),
-    _row(
-        "index a row",
-        "Shapes and indexing",
-        "a[1]",
-        N("a.i(1)", "`use tch::IndexOp`"),
-        N("a.i(1)?", "`use candle_core::IndexOp`"),
-        N("a.slice(s![1, ..]).squeeze_dim::<1>(0)", "`slice` keeps the rank"),
-        N("a.select(dev.tensor(1))", "the index is a `usize` tensor"),
-    ),
-    _row(
-        "slice",
-        "Shapes and indexing",
-        "a[:, 1:]",
-        "a.i((.., 1..))",
-        "a.i((.., 1..))?",
-        "a.slice(s![.., 1..])",
-        N("a.slice((.., 1..))", "sliced dims become runtime `usize` dims"),
-    ),
-    _row(
-        "narrow",
-        "Shapes and indexing",
-        "a.narrow(1, 1, 2)",
-        "a.narrow(1, 1, 2)",
-        "a.narrow(1, 1, 2)?",
-        "a.narrow(1, 1, 2)",
-        W("a.slice((.., 1..3))", "no `narrow`"),
-    ),
-    _row(
-        "index_select",
-        "Shapes and indexing",
-        "a.index_select(1, idx)",
-        "a.index_select(1, &idx)",
-        "a.index_select(&idx, 1)?",
-        "a.select(1, idx)",
-        W(
-            "a.gather::<Rank2<2, 2>, _>(idx.broadcast::<Rank2<2, 2>, Axis<0>>())",
-            "no `index_select`: `gather` with the indices repeated per row",
-        ),
-    ),
-    _row(
-        "gather",
-        "Shapes and indexing",
-        "a.gather(1, gi)",
-        "a.gather(1, &gi, false)",
-        "a.gather(&gi, 1)?",
-        "a.gather(1, gi)",
-        N("a.gather::<Rank2<2, 2>, _>(gi)", "the index's shape picks the axis"),
-    ),
-    _row(
-        "cat",
-        "Shapes and indexing",
-        "torch.cat([a, p], dim=0)",
-        "Tensor::cat(&[&a, &p], 0)",
-        "Tensor::cat(&[&a, &p], 0)?",
-        "Tensor::cat(vec![a, p], 0)",
-        W(
-            "(a.realize::<(usize, Const<3>)>(), p.realize::<(usize, Const<3>)>()).concat_along(Axis::<0>)",
-            DFDX_TUPLE_CONCAT,
-        ),
-    ),
-    _row(
-        "stack",
-        "Shapes and indexing",
-        "torch.stack([a, p])",
-        "Tensor::stack(&[&a, &p], 0)",
-        "Tensor::stack(&[&a, &p], 0)?",
-        "Tensor::stack::<3>(vec![a, p], 0)",
-        "[a, p].stack()",
-    ),
-    _row(
-        "chunk",
-        "Shapes and indexing",
-        "a.chunk(3, dim=1)[1]",
-        "a.chunk(3, 1)[1]",
-        "a.chunk(3, 1)?[1]",
-        "a.chunk(3, 1)[1]",
-        W("a.slice((.., 1..2))", "no `chunk`"),
-    ),
-    _row(
-        "split",
-        "Shapes and indexing",
-        "a.split([1, 2], dim=1)[1]",
-        "a.split_with_sizes([1, 2], 1)[1]",
-        W("a.narrow(1, 1, 2)?", "no `split`"),
-        "a.split_with_sizes(vec![1, 2], 1)[1]",
-        W("a.slice((.., 1..))", "no `split`"),
-    ),
-    _row(
-        "expand",
-        "Shapes and indexing",
-        "v.expand(2, 3)",
-        "v.expand([2, 3], false)",
-        "v.expand((2, 3))?",
-        "v.expand([2, 3])",
-        "v.broadcast::<Rank2<2, 3>, _>()",
-    ),
-    _row(
-        "repeat",
-        "Shapes and indexing",
-        "a.repeat(2, 1)",
-        "a.repeat([2, 1])",
-        "a.repeat((2, 1))?",
-        "a.repeat(&[2, 1])",
-        W("a.broadcast::<Rank3<2, 2, 3>, Axis<0>>().reshape::<Rank2<4, 3>>()", "no `repeat`"),
-    ),
-    _row(
-        "flip",
-        "Shapes and indexing",
-        "a.flip(1)",
-        "a.flip([1])",
-        "a.flip(&[1])?",
-        "a.flip([1])",
-        W("a.gather::<Rank2<2, 3>, _>(dev.tensor([2, 1, 0]).broadcast::<Rank2<2, 3>, _>())", "no `flip`"),
-    ),
-    # -- element-wise -----------------------------------------------------------------------
-    _row(
-        "add",
-        "Element-wise",
-        "a + p",
-        "&a + &p",
-        "(&a + &p)?",
-        "a + p",
-        "a + p",
-    ),
-    _row(
-        "sub",
-        "Element-wise",
-        "a - p",
-        "&a - &p",
-        "(&a - &p)?",
-        "a - p",
-        "a - p",
-    ),
-    _row(
-        "mul",
-        "Element-wise",
-        "a * p",
-        "&a * &p",
-        "(&a * &p)?",
-        "a * p",
-        "a * p",
-    ),
-    _row(
-        "div",
-        "Element-wise",
-        "a / p",
-        "&a / &p",
-        "(&a / &p)?",
-        "a / p",
-        "a / p",
-    ),
-    _row(
-        "scalar ops",
-        "Element-wise",
-        "a * 2 + 1",
-        "&a * 2.0 + 1.0",
-        N("a.affine(2.0, 1.0)?", "or `((&a * 2.0)? + 1.0)?`"),
-        "a * 2.0 + 1.0",
-        "a * 2.0 + 1.0",
-    ),
-    _row("neg", "Element-wise", "-a", "-&a", "a.neg()?", "-a", "-a"),
-    _row("abs", "Element-wise", "a.abs()", "a.abs()", "a.abs()?", "a.abs()", "a.abs()"),
-    _row("exp", "Element-wise", "a.exp()", "a.exp()", "a.exp()?", "a.exp()", "a.exp()"),
-    _row("log", "Element-wise", "p.log()", "p.log()", "p.log()?", "p.log()", "p.ln()"),
-    _row("sqrt", "Element-wise", "p.sqrt()", "p.sqrt()", "p.sqrt()?", "p.sqrt()", "p.sqrt()"),
-    _row(
-        "pow (float exponent)",
-        "Element-wise",
-        "p.pow(1.5)",
-        "p.pow_tensor_scalar(1.5)",
-        "p.powf(1.5)?",
-        "p.powf_scalar(1.5)",
-        "p.powf(1.5)",
-    ),
-    _row("square", "Element-wise", "a.square()", "a.square()", "a.sqr()?", "a.square()", "a.square()"),
-    _row(
-        "clamp",
-        "Element-wise",
-        "a.clamp(-1.0, 2.0)",
-        "a.clamp(-1.0, 2.0)",
-        "a.clamp(-1.0, 2.0)?",
-        "a.clamp(-1.0, 2.0)",
-        "a.clamp(-1.0, 2.0)",
-    ),
-    _row(
-        "maximum",
-        "Element-wise",
-        "torch.maximum(a, p)",
-        "a.maximum(&p)",
-        "a.maximum(&p)?",
-        "a.max_pair(p)",
-        "a.maximum(p)",
-    ),
-    _row(
-        "broadcast a row vector",
-        "Element-wise",
-        "a + v",
-        "&a + &v",
-        N("a.broadcast_add(&v)?", "`+` needs equal shapes; `broadcast_*` broadcasts"),
-        N("a + v.unsqueeze()", "operands need the same rank"),
-        "a + v.broadcast()",
-    ),
-    _row(
-        "broadcast a column",
-        "Element-wise",
-        "a * c",
-        "&a * &c",
-        "a.broadcast_mul(&c)?",
-        "a * c",
-        W("a * c.reshape::<Rank1<2>>().broadcast()", "no broadcasting of size-1 dims: drop the dim first"),
-    ),
-    _row(
-        "comparison → float mask",
-        "Element-wise",
-        "(a > 0).float()",
-        "a.gt(0.0).to_kind(Kind::Float)",
-        N("a.gt(0.0)?.to_dtype(DType::F32)?", "masks are `u8` tensors"),
-        "a.greater_elem(0.0).float()",
-        W("a.gt(0.0).choose(dev.ones_like(&a), dev.zeros_like(&a))", "no bool → float cast"),
-    ),
-    _row(
-        "where",
-        "Element-wise",
-        "torch.where(a > 0, a, p)",
-        "a.where_self(&a.gt(0.0), &p)",
-        "a.gt(0.0)?.where_cond(&a, &p)?",
-        N(
-            "p.mask_where(a.clone().greater_elem(0.0), a)",
-            "the receiver gives the values where the mask is false",
-        ),
-        "a.gt(0.0).choose(a, p)",
-    ),
-    _row(
-        "masked_fill",
-        "Element-wise",
-        "a.masked_fill(m == 0, -100.0)",
-        "a.masked_fill(&m.eq(0.0), -100.0)",
-        W("m.eq(0.0)?.where_cond(&Tensor::full(-100f32, (2, 3), &dev)?, &a)?", "no `masked_fill`"),
-        "a.mask_fill(m.equal_elem(0.0), -100.0)",
-        W("m.eq(0.0).choose(dev.ones_like(&a) * -100.0, a)", "no `masked_fill`"),
-    ),
-    # -- activations ------------------------------------------------------------------------
-    _row(
-        "relu",
-        "Activations",
-        "a.relu()",
-        "a.relu()",
-        "a.relu()?",
-        N("relu(a)", "`burn::tensor::activation::relu`"),
-        "a.relu()",
-    ),
-    _row(
-        "sigmoid",
-        "Activations",
-        "a.sigmoid()",
-        "a.sigmoid()",
-        "candle_nn::ops::sigmoid(&a)?",
-        "sigmoid(a)",
-        "a.sigmoid()",
-    ),
-    _row("tanh", "Activations", "a.tanh()", "a.tanh()", "a.tanh()?", "a.tanh()", "a.tanh()"),
-    _row(
-        "gelu (exact, erf)",
-        "Activations",
-        "F.gelu(a)",
-        'a.gelu("none")',
-        N("a.gelu_erf()?", "`gelu()` is the tanh approximation"),
-        "gelu(a)",
-        N("a.accurate_gelu()", "`gelu()` is the tanh approximation"),
-    ),
-    _row(
-        "softmax",
-        "Activations",
-        "a.softmax(dim=1)",
-        "a.softmax(1, Kind::Float)",
-        "candle_nn::ops::softmax(&a, 1)?",
-        "softmax(a, 1)",
-        "a.softmax::<Axis<1>>()",
-    ),
-    _row(
-        "log_softmax",
-        "Activations",
-        "a.log_softmax(dim=1)",
-        "a.log_softmax(1, Kind::Float)",
-        "candle_nn::ops::log_softmax(&a, 1)?",
-        "log_softmax(a, 1)",
-        "a.log_softmax::<Axis<1>>()",
-    ),
-    # -- reductions -------------------------------------------------------------------------
-    _row(
-        "sum",
-        "Reductions",
-        "a.sum()",
-        "a.sum(Kind::Float)",
-        "a.sum_all()?",
-        N("a.sum()", SCALAR_1, shape=(1,)),
-        "a.sum::<Rank0, _>()",
-    ),
-    _row(
-        "sum over a dim",
-        "Reductions",
-        "a.sum(dim=0)",
-        "a.sum_dim_intlist(0, false, Kind::Float)",
-        "a.sum(0)?",
-        N("a.sum_dim(0).squeeze_dim::<1>(0)", KEEPS_DIM),
-        N("a.sum::<Rank1<3>, _>()", "name the result's shape (or the axes: `sum::<_, Axis<0>>()`)"),
-    ),
-    _row(
-        "mean",
-        "Reductions",
-        "a.mean()",
-        "a.mean(Kind::Float)",
-        "a.mean_all()?",
-        N("a.mean()", SCALAR_1, shape=(1,)),
-        "a.mean::<Rank0, _>()",
-    ),
-    _row(
-        "mean over a dim, keepdim",
-        "Reductions",
-        "a.mean(dim=1, keepdim=True)",
-        "a.mean_dim(1, true, Kind::Float)",
-        "a.mean_keepdim(1)?",
-        "a.mean_dim(1)",
-        W("a.mean::<Rank1<2>, _>().reshape::<Rank2<2, 1>>()", "no keepdim"),
-    ),
-    _row(
-        "variance over a dim (unbiased)",
-        "Reductions",
-        "a.var(dim=1)",
-        "a.var_dim(1, true, false)",
-        "a.var(1)?",
-        N("a.var(1).squeeze_dim::<1>(1)", KEEPS_DIM),
-        W("a.var::<Rank1<2>, _>() * 1.5", "`var` is the biased variance: scale by n/(n-1) = 3/2"),
-    ),
-    _row(
-        "max",
-        "Reductions",
-        "a.max()",
-        "a.max()",
-        "a.max_all()?",
-        N("a.max()", SCALAR_1, shape=(1,)),
-        "a.max::<Rank0, _>()",
-    ),
-    _row(
-        "max over a dim",
-        "Reductions",
-        "a.amax(dim=1)",
-        "a.amax(1, false)",
-        "a.max(1)?",
-        N("a.max_dim(1).squeeze_dim::<1>(1)", KEEPS_DIM),
-        "a.max::<Rank1<2>, _>()",
-    ),
-    _row(
-        "argmax over a dim",
-        "Reductions",
-        "a.argmax(dim=1)",
-        "a.argmax(1, false)",
-        N("a.argmax(1)?", "indices are `u32`"),
-        N("a.argmax(1).squeeze_dim::<1>(1)", KEEPS_DIM),
-        W(
-            "dev.tensor(a.array().map(|r| (0..r.len()).max_by(|&i, &j| r[i].total_cmp(&r[j])).unwrap()))",
-            "no `argmax`: compute it on the host",
-            ret="Tensor<_, usize, Cpu>",
-        ),
-    ),
-    _row(
-        "min",
-        "Reductions",
-        "a.min()",
-        "a.min()",
-        "a.min_all()?",
-        N("a.min()", SCALAR_1, shape=(1,)),
-        "a.min::<Rank0, _>()",
-    ),
-    _row(
-        "cumsum",
-        "Reductions",
-        "a.cumsum(dim=1)",
-        "a.cumsum(1, Kind::Float)",
-        "a.cumsum(1)?",
-        "a.cumsum(1)",
-        W(
-            "a.matmul(dev.upper_tri::<Rank2<3, 3>>(1.0, 0))",
-            "no `cumsum`: multiply by an upper-triangular ones matrix",
-        ),
-    ),
-    _row(
-        "sort",
-        "Reductions",
-        "a.sort(dim=1).values",
-        "a.sort(1, false).0",
-        N("a.sort_last_dim(true)?.0", "sorts the last dim only"),
-        "a.sort(1)",
-        W(
-            "dev.tensor(a.array().map(|mut r| { r.sort_by(f32::total_cmp); r }))",
-            "no `sort`: sort on the host",
-        ),
-    ),
-    # -- linear algebra ---------------------------------------------------------------------
-    _row(
-        "matmul",
-        "Linear algebra",
-        "a @ b",
-        "a.matmul(&b)",
-        "a.matmul(&b)?",
-        "a.matmul(b)",
-        "a.matmul(b)",
-    ),
-    _row(
-        "batched matmul",
-        "Linear algebra",
-        "x @ y",
-        "x.matmul(&y)",
-        "x.matmul(&y)?",
-        "x.matmul(y)",
-        "x.matmul(y)",
-    ),
-    _row(
-        "matrix × vector",
-        "Linear algebra",
-        "a @ v",
-        "a.mv(&v)",
-        "a.mv(&v)?",
-        N("matvec(a, v)", "`burn::tensor::linalg::matvec`; `matmul` needs equal ranks"),
-        "a.matmul(v)",
-    ),
-    _row(
-        "dot",
-        "Linear algebra",
-        "torch.dot(v, v)",
-        "v.dot(&v)",
-        "v.dot(&v)?",
-        N("v.clone().dot(v)", SCALAR_1, shape=(1,)),
-        W("(v.clone() * v).sum::<Rank0, _>()", "no `dot` (`matmul` of two vectors is the outer product)"),
-    ),
-    # -- dtypes -----------------------------------------------------------------------------
-    _row(
-        "float → int (truncates)",
-        "Dtypes",
-        "(a / 2).long()",
-        "(&a / 2.0).to_kind(Kind::Int64)",
-        "(&a / 2.0)?.to_dtype(DType::I64)?",
-        "(a / 2.0).int()",
-        Code("(a / 2.0).to_dtype::<i64>()", ret="Tensor<_, i64, Cpu>"),
-    ),
-    _row(
-        "int → float",
-        "Dtypes",
-        "idx.float()",
-        "idx.to_kind(Kind::Float)",
-        "idx.to_dtype(DType::F32)?",
-        "idx.float()",
-        "idx.to_dtype::<f32>()",
-    ),
-]
 
+def one_line(text: str) -> str:
+    """A block scalar's lines as the one line the table shows and the check runs: each line
+    stripped, joined by a space, except around a line that starts with `.`, `)`, `]` or `?`
+    or follows one that ends with `(`, `[` or `{` (a method chain, an argument list)."""
+    out = ""
+    for line in (part.strip() for part in text.strip().splitlines()):
+        if not line:
+            continue
+        glue = not out or out.endswith(("(", "[")) or line.startswith((".", ")", "]", "?"))
+        out += ("" if glue else " ") + line
+    return out
+
+
+def _flat(values) -> list:
+    return [e for v in values for e in _flat(v)] if isinstance(values, list) else [values]
+
+
+def _shape(values) -> list[int]:
+    return [len(values), *_shape(values[0])] if isinstance(values, list) else []
+
+
+def _entry(value, where: str, fw: str) -> Code:
+    if isinstance(value, str):
+        value = {"code": value}
+    if not isinstance(value, dict):
+        raise DataError(f"{where}: a string or a mapping with `code`, not {value!r}")
+    unknown = set(value) - _ENTRY_KEYS
+    if unknown:
+        raise DataError(f"{where}: unknown keys {sorted(unknown)} (allowed: {sorted(_ENTRY_KEYS)})")
+    for key in ("code", "missing", "note", "ret"):
+        if key in value and not isinstance(value[key], str):
+            raise DataError(f"{where}: `{key}` must be a string")
+    code = one_line(value.get("code", ""))
+    if not code:
+        raise DataError(f"{where}: no code (a missing operation needs its workaround)")
+    if "//" in code:
+        raise DataError(f"{where}: no `//` comments in code (it is run as one line)")
+    if value.get("missing") and value.get("note"):
+        raise DataError(f"{where}: `missing` and `note` both set (say it in `missing`)")
+    if value.get("ret") and fw != "dfdx":
+        raise DataError(f"{where}: `ret` is for DFDX only")
+    shape = value.get("shape")
+    if shape is not None and not (isinstance(shape, list) and all(isinstance(d, int) for d in shape)):
+        raise DataError(f"{where}: `shape` must be a list of ints")
+    return Code(
+        code,
+        missing=one_line(value.get("missing", "")),
+        note=one_line(value.get("note", "")),
+        shape=None if shape is None else tuple(shape),
+        ret=one_line(value.get("ret", "")),
+    )
+
+
+def load(path: Path = DATA) -> tuple[dict[str, list[str]], dict[str, tuple[list, str]], list[Row]]:
+    """(set-up lines per framework, inputs, rows) from the data file."""
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or set(data) - {"shared"} != {"setup", "inputs", "groups"}:
+        raise DataError(f"{path.name}: the keys are `setup`, `inputs`, `groups` (and `shared`, for anchors)")
+    setup = data["setup"]
+    if set(setup) != set(FRAMEWORKS) or not all(
+        isinstance(lines, list) and all(isinstance(line, str) for line in lines) for lines in setup.values()
+    ):
+        raise DataError(f"setup: a list of lines for each of {FRAMEWORKS}")
+    inputs = {}
+    for name, spec in data["inputs"].items():
+        if not (isinstance(spec, dict) and set(spec) == {"kind", "values"} and spec["kind"] in _KINDS):
+            raise DataError(f"inputs.{name}: {{kind: float|int, values: [...]}}")
+        number = float if spec["kind"] == "float" else int
+        if not all(type(e) is number for e in _flat(spec["values"])):
+            raise DataError(f"inputs.{name}: every value of a {spec['kind']} input is written as one (1.0, 1)")
+        inputs[name] = (spec["values"], spec["kind"])
+    rows: list[Row] = []
+    for group in data["groups"]:
+        if not (isinstance(group, dict) and set(group) == {"group", "rows"}):
+            raise DataError(f"groups: each item is {{group: title, rows: [...]}}, not {group!r}")
+        for item in group["rows"]:
+            where = f"{group['group']} / {item.get('name', '?') if isinstance(item, dict) else item!r}"
+            if not isinstance(item, dict) or set(item) != _ROW_KEYS:
+                keys = sorted(item) if isinstance(item, dict) else item
+                raise DataError(f"{where}: a row has exactly the keys {sorted(_ROW_KEYS)}, not {keys}")
+            if not (isinstance(item["name"], str) and isinstance(item["torch"], str)):
+                raise DataError(f"{where}: `name` and `torch` are strings")
+            entries = {fw: _entry(item[fw], f"{where} / {fw}", fw) for fw in FRAMEWORKS}
+            rows.append(Row(item["name"], group["group"], one_line(item["torch"]), **entries))
+    names = [r.name for r in rows]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise DataError(f"row names must be unique: {duplicates}")
+    return {fw: list(setup[fw]) for fw in FRAMEWORKS}, inputs, rows
+
+
+# What each framework's table entries assume (imports, the device), the inputs every row may
+# use (name -> (nested values, element type)), and the rows, in the page's order.
+SETUP, INPUTS, ROWS = load()
 GROUPS = list(dict.fromkeys(r.group for r in ROWS))
 
 # -- the Rust programs ----------------------------------------------------------------------------
-
-# What each framework's table entries assume: imports, the device, and the inputs.
-SETUP = {
-    "tch": ["use tch::{kind::FLOAT_CPU, IndexOp, Kind, Tensor};"],
-    "candle": ["use candle_core::{DType, Device, IndexOp, Tensor};", "let dev = Device::Cpu;"],
-    "burn": [
-        "use burn::prelude::*;",
-        "use burn::tensor::activation::{gelu, log_softmax, relu, sigmoid, softmax};",
-        "use burn::tensor::linalg::matvec;",
-        "type B = burn::backend::NdArray;",
-        "let dev: Device<B> = Default::default();",
-    ],
-    "dfdx": ["use dfdx::prelude::*;", "use dfdx::data::Arange;", "let dev: Cpu = Default::default();"],
-}
 
 # Each framework turns a result into (shape, flat f32 values); `cs_row` prints it as one line.
 _COMMON = r"""
@@ -765,6 +211,9 @@ fn cs_row<E: std::fmt::Display>(name: &str, f: impl FnOnce() -> Result<CsOut, E>
 _HELPERS = {
     "tch": r"""
 trait CsData { fn cs_data(&self) -> Result<CsOut, String>; }
+impl CsData for usize {
+    fn cs_data(&self) -> Result<CsOut, String> { Ok((vec![], vec![*self as f32])) }
+}
 impl CsData for Tensor {
     fn cs_data(&self) -> Result<CsOut, String> {
         let shape = self.size().iter().map(|&d| d as usize).collect();
@@ -775,6 +224,9 @@ impl CsData for Tensor {
 """,
     "candle": r"""
 trait CsData { fn cs_data(&self) -> candle_core::Result<CsOut>; }
+impl CsData for usize {
+    fn cs_data(&self) -> candle_core::Result<CsOut> { Ok((vec![], vec![*self as f32])) }
+}
 impl CsData for Tensor {
     fn cs_data(&self) -> candle_core::Result<CsOut> {
         Ok((self.dims().to_vec(), self.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?))
@@ -783,6 +235,9 @@ impl CsData for Tensor {
 """,
     "burn": r"""
 trait CsData { fn cs_data(&self) -> Result<CsOut, String>; }
+impl CsData for usize {
+    fn cs_data(&self) -> Result<CsOut, String> { Ok((vec![], vec![*self as f32])) }
+}
 impl<const D: usize> CsData for Tensor<B, D> {
     fn cs_data(&self) -> Result<CsOut, String> {
         Ok((self.dims().to_vec(), self.clone().into_data().iter::<f32>().collect()))
@@ -797,6 +252,9 @@ impl<const D: usize> CsData for Tensor<B, D, Bool> {
 """,
     "dfdx": r"""
 trait CsData { fn cs_data(&self) -> Result<CsOut, String>; }
+impl CsData for usize {
+    fn cs_data(&self) -> Result<CsOut, String> { Ok((vec![], vec![*self as f32])) }
+}
 """
     + "".join(
         f"""
@@ -847,14 +305,6 @@ def _nested(values, kind: str, first_suffix: str = "") -> str:
         return s
 
     return go(values)
-
-
-def _flat(values) -> list:
-    return [e for v in values for e in _flat(v)] if isinstance(values, list) else [values]
-
-
-def _shape(values) -> list[int]:
-    return [len(values), *_shape(values[0])] if isinstance(values, list) else []
 
 
 def input_lines(fw: str) -> list[str]:
@@ -932,11 +382,19 @@ def torch_inputs() -> dict:
 
 
 def torch_result(row: Row) -> tuple[list[int], list[float]]:
-    """Evaluate the row's PyTorch expression on the inputs: (shape, flat float values)."""
+    """Evaluate the row's PyTorch code on the inputs: (shape, flat float values). The code is
+    one expression, or statements separated by `;` whose last one is the expression."""
     import torch
     import torch.nn.functional as F  # noqa: N812
+    from torch import nn
 
-    value = eval(row.torch, {"torch": torch, "F": F, **torch_inputs()})  # noqa: S307 - our own rows
+    scope = {"torch": torch, "nn": nn, "F": F, **torch_inputs()}
+    *statements, last = ast.parse(row.torch).body
+    if not isinstance(last, ast.Expr):
+        raise ValueError(f"{row.name}: the PyTorch code must end with an expression")
+    torch.manual_seed(0)  # a module's initial weights, before the row replaces them
+    exec(compile(ast.Module(statements, type_ignores=[]), row.name, "exec"), scope)  # noqa: S102
+    value = eval(compile(ast.Expression(last.value), row.name, "eval"), scope)  # noqa: S307
     value = torch.as_tensor(value).detach()
     return list(value.shape), value.to(torch.float64).flatten().tolist()
 
@@ -1095,6 +553,7 @@ def render_markdown() -> str:
         "```python",
         "import torch",
         "import torch.nn.functional as F",
+        "from torch import nn",
     ]
     for name, (values, kind) in INPUTS.items():
         dtype = "" if kind == "float" else ", dtype=torch.int64"
