@@ -24,6 +24,15 @@ REQUIRED = [
     *["relu", "sigmoid", "tanh", "broadcast a row vector", "comparison → float mask", "where", "masked_fill"],
     *["sum", "sum over a dim", "mean", "mean over a dim, keepdim", "max", "argmax over a dim", "min"],
     *["matmul", "batched matmul", "softmax", "log_softmax", "float → int (truncates)", "cumsum", "gather"],
+    # torch.nn.functional
+    *["leaky_relu", "gelu (tanh approximation)", "silu", "softplus", "elu", "hardtanh"],
+    *["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy"],
+    *["binary_cross_entropy_with_logits", "cross_entropy (class indices)", "nll_loss", "kl_div (batchmean)"],
+    *["linear", "layer_norm", "normalize", "dropout (evaluation)", "embedding", "one_hot", "pad with zeros"],
+    *["cosine_similarity", "pairwise_distance"],
+    # modules, state dicts, autograd, optimizers
+    *["Linear layer from a state dict", "number of parameters", "gradient of a sum of squares"],
+    "one SGD step on a Linear (its new weight)",
 ]
 
 
@@ -39,15 +48,38 @@ def test_page_is_rendered_from_the_checked_rows():
 
 def test_rows_cover_the_required_operations_in_every_framework():
     names = [row.name for row in ROWS]
-    assert len(ROWS) >= 40
+    assert len(ROWS) >= 120
     assert len(set(names)) == len(names), "row names must be unique"
     assert not set(REQUIRED) - set(names)
     for row in ROWS:
         for fw in FRAMEWORKS:
             entry = row.code(fw)
             assert entry.code.strip(), f"{row.name}: no {fw} code (a missing op needs its workaround)"
-            assert not (entry.shape is not None and not entry.note), f"{row.name}/{fw}: explain the shape"
+            explained = entry.note or entry.missing
+            assert not (entry.shape is not None and not explained), f"{row.name}/{fw}: explain the shape"
             assert not entry.ret or fw == "dfdx", f"{row.name}/{fw}: `ret` is for DFDX only"
+
+
+def test_rows_are_data_read_strictly(tmp_path):
+    setup, inputs, _about, rows = cheatsheet.load()
+    assert (setup, inputs, rows) == (cheatsheet.SETUP, cheatsheet.INPUTS, ROWS)
+    good = cheatsheet.DATA.read_text()
+    for broken, says in [
+        (good.replace("        torch: torch.zeros(2, 3)\n", "        torh: torch.zeros(2, 3)\n", 1), "keys"),
+        (good.replace("          missing: no `full`\n", "          mising: no `full`\n", 1), "unknown keys"),
+        (good.replace("  - group: Creation\n", "  - group: Creation\n    title: x\n", 1), "groups"),
+        (good.replace("[2, 0], about:", "[2.0, 0], about:", 1), "idx"),
+    ]:
+        assert broken != good
+        path = tmp_path / "cheatsheet.yaml"
+        path.write_text(broken)
+        with pytest.raises(cheatsheet.DataError, match=re.escape(says)):
+            cheatsheet.load(path)
+
+
+def test_block_scalars_become_the_one_line_that_is_shown_and_run():
+    code = "{\n    let m = a\n        .max_dim(1);\n    f(\n        m, b\n    )?\n}\n"
+    assert cheatsheet.one_line(code) == "{ let m = a.max_dim(1); f(m, b)? }"
 
 
 def test_pytorch_side_evaluates_and_shape_exceptions_are_real():

@@ -1,8 +1,9 @@
-"""The PyTorch → Rust cheat-sheet: its rows, the programs that check them, and its page.
+"""The PyTorch → Rust cheat-sheet: reading its rows, the programs that check them, and its page.
 
-Every row holds a PyTorch expression and, per framework (tch, Candle, Burn, DFDX), the Rust
-expression shown in the table — or, where the framework has no such operation, a note saying
-so and the workaround that is shown *and* run instead. `check(fw)` builds one Rust program
+The rows are data, in `cheatsheet.yaml` next to this module (its header says the format; `load`
+reads it strictly). Every row holds PyTorch code and, per framework (tch, Candle, Burn, DFDX),
+the Rust expression shown in the table — or, where the framework has no such operation, a note
+saying so and the workaround that is shown *and* run instead. `check(fw)` builds one Rust program
 per framework that makes the same input tensors, evaluates every row and prints each result
 as one line (name, shape, flattened values); it runs in the rust-pytorch kernel and every
 result is compared with PyTorch's on the same inputs (same shape, `allclose` within
@@ -83,8 +84,8 @@ class DataError(ValueError):
 
 def one_line(text: str) -> str:
     """A block scalar's lines as the one line the table shows and the check runs: each line
-    stripped, joined by a space, except around a line that starts with `.`, `)`, `]` or `?`
-    or follows one that ends with `(`, `[` or `{` (a method chain, an argument list)."""
+    stripped, joined by a space, except before a line that starts with `.`, `)`, `]` or `?`
+    and after one that ends with `(` or `[` (a method chain, an argument list)."""
     out = ""
     for line in (part.strip() for part in text.strip().splitlines()):
         if not line:
@@ -134,8 +135,10 @@ def _entry(value, where: str, fw: str) -> Code:
     )
 
 
-def load(path: Path = DATA) -> tuple[dict[str, list[str]], dict[str, tuple[list, str]], list[Row]]:
-    """(set-up lines per framework, inputs, rows) from the data file."""
+def load(
+    path: Path = DATA,
+) -> tuple[dict[str, list[str]], dict[str, tuple[list, str]], dict[str, str], list[Row]]:
+    """(set-up lines per framework, inputs, what each input is, rows) from the data file."""
     data = yaml.safe_load(path.read_text())
     if not isinstance(data, dict) or set(data) - {"shared"} != {"setup", "inputs", "groups"}:
         raise DataError(f"{path.name}: the keys are `setup`, `inputs`, `groups` (and `shared`, for anchors)")
@@ -144,13 +147,20 @@ def load(path: Path = DATA) -> tuple[dict[str, list[str]], dict[str, tuple[list,
         isinstance(lines, list) and all(isinstance(line, str) for line in lines) for lines in setup.values()
     ):
         raise DataError(f"setup: a list of lines for each of {FRAMEWORKS}")
-    inputs = {}
+    inputs, about = {}, {}
     for name, spec in data["inputs"].items():
-        if not (isinstance(spec, dict) and set(spec) == {"kind", "values"} and spec["kind"] in _KINDS):
-            raise DataError(f"inputs.{name}: {{kind: float|int, values: [...]}}")
+        if not (
+            isinstance(spec, dict)
+            and {"kind", "values"} <= set(spec) <= {"kind", "values", "about"}
+            and spec["kind"] in _KINDS
+        ):
+            raise DataError(f"inputs.{name}: {{kind: float|int, values: [...], about: optional text}}")
+        about[name] = spec.get("about", "")
         number = float if spec["kind"] == "float" else int
         if not all(type(e) is number for e in _flat(spec["values"])):
-            raise DataError(f"inputs.{name}: every value of a {spec['kind']} input is written as one (1.0, 1)")
+            raise DataError(
+                f"inputs.{name}: every value of a {spec['kind']} input is written as one (1.0, 1)"
+            )
         inputs[name] = (spec["values"], spec["kind"])
     rows: list[Row] = []
     for group in data["groups"]:
@@ -163,18 +173,20 @@ def load(path: Path = DATA) -> tuple[dict[str, list[str]], dict[str, tuple[list,
                 raise DataError(f"{where}: a row has exactly the keys {sorted(_ROW_KEYS)}, not {keys}")
             if not (isinstance(item["name"], str) and isinstance(item["torch"], str)):
                 raise DataError(f"{where}: `name` and `torch` are strings")
+            if "\n" in item["torch"].strip():
+                raise DataError(f"{where}: `torch` is one line (separate statements with `;`)")
             entries = {fw: _entry(item[fw], f"{where} / {fw}", fw) for fw in FRAMEWORKS}
-            rows.append(Row(item["name"], group["group"], one_line(item["torch"]), **entries))
+            rows.append(Row(item["name"], group["group"], item["torch"].strip(), **entries))
     names = [r.name for r in rows]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise DataError(f"row names must be unique: {duplicates}")
-    return {fw: list(setup[fw]) for fw in FRAMEWORKS}, inputs, rows
+    return {fw: list(setup[fw]) for fw in FRAMEWORKS}, inputs, about, rows
 
 
 # What each framework's table entries assume (imports, the device), the inputs every row may
-# use (name -> (nested values, element type)), and the rows, in the page's order.
-SETUP, INPUTS, ROWS = load()
+# use (name -> (nested values, element type)), what each input is, and the rows, in the page's order.
+SETUP, INPUTS, INPUT_ABOUT, ROWS = load()
 GROUPS = list(dict.fromkeys(r.group for r in ROWS))
 
 # -- the Rust programs ----------------------------------------------------------------------------
@@ -528,7 +540,7 @@ def render_markdown() -> str:
     lines = [
         "# PyTorch → Rust cheat-sheet",
         "",
-        "<!-- Generated from coursekit/cheatsheet.py by `python -m coursekit cheatsheet --write`; "
+        "<!-- Generated from coursekit/content/cheatsheet.yaml by `python -m coursekit cheatsheet --write`; "
         "do not edit. -->",
         "",
         f"{len(ROWS)} PyTorch operations and their equivalents in tch {versions['tch']}, "
@@ -536,13 +548,16 @@ def render_markdown() -> str:
         f"DFDX {versions['dfdx']}. "
         "Where a framework has no such operation, the entry says so (—) and gives the workaround.",
         "",
+        "Sections: " + "; ".join(f"{g} ({sum(r.group == g for r in ROWS)})" for g in GROUPS) + ".",
+        "",
         "**How it is checked.** Every entry in this table — each workaround included — is the exact "
         "code that `tests/test_cheatsheet.py` runs: one Rust program per framework, in the course "
         "kernel, builds the inputs below, evaluates every row and prints the result; each result must "
         f"have PyTorch's shape and match PyTorch {torch_version}'s values on the same inputs within "
         f"`numpy.allclose(rtol={TOLERANCE['rtol']:g}, atol={TOLERANCE['atol']:g})`. An entry whose shape "
-        "differs on purpose says so, and that shape is checked instead. The same test checks that this "
-        "page is exactly what `coursekit.content.cheatsheet.render_markdown()` produces from those rows.",
+        "differs on purpose says so, and that shape is checked instead. The rows are data "
+        "(`coursekit/content/cheatsheet.yaml`); the same test checks that this page is exactly what "
+        "`coursekit.content.cheatsheet.render_markdown()` produces from them.",
         "",
         "Workarounds needed: "
         + ", ".join(f"{TITLES[fw]} {counts[fw]}" for fw in FRAMEWORKS)
@@ -557,14 +572,18 @@ def render_markdown() -> str:
     ]
     for name, (values, kind) in INPUTS.items():
         dtype = "" if kind == "float" else ", dtype=torch.int64"
-        lines.append(f"{name} = torch.tensor({values}{dtype})")
+        comment = f"  # {INPUT_ABOUT[name]}" if INPUT_ABOUT[name] else ""
+        lines.append(f"{name} = torch.tensor({values}{dtype}){comment}")
     lines += ["```", ""]
     lines.append(
-        "Each framework's table entries assume these imports and inputs. Burn and DFDX operations take "
-        "their inputs by value, so the check runs every row on fresh clones (write `a.clone()` where "
-        "you still need `a`). Candle's `?` needs a function returning `candle_core::Result`. DFDX "
-        "entries are evaluated as `let r: Tensor<_, f32, Cpu> = ...;` (creation functions take the "
-        "element type from the context) unless the result has another element type."
+        "Each framework's table entries assume these imports and inputs. A PyTorch entry is an "
+        "expression, or statements separated by `;` whose last one is the value checked; a Rust entry "
+        "is an expression, often a block `{ ... }` that builds what it needs (a `VarStore`, a module) "
+        "and ends with the value checked — a tensor, or a `usize` for a count. Burn and DFDX operations "
+        "take their inputs by value, so the check runs every row on fresh clones (write `a.clone()` "
+        "where you still need `a`). Candle's `?` needs a function returning `candle_core::Result`. "
+        "DFDX entries are evaluated as `let r: Tensor<_, f32, Cpu> = ...;` (creation functions take "
+        "the element type from the context) unless the result has another type."
     )
     for fw in FRAMEWORKS:
         lines += ["", f"<details><summary>{TITLES[fw]} {versions[fw]}</summary>", "", "```rust"]
