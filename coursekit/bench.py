@@ -257,9 +257,8 @@ def machine() -> str:
         )
         / 2**20
     )
-    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
     return (
-        f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.platform()}, {rustc}, "
+        f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.platform()}, {pins.rustc_banner()}, "
         f"evcxr_jupyter {pins.evcxr_version()}, measured {date.today().isoformat()}"
     )
 

@@ -9,13 +9,17 @@ from pathlib import Path
 
 
 def _setup(args) -> int:
-    from .setup.install import SetupError, setup
+    from .setup.install import SetupError, log, setup
+    from .setup.prewarm import prewarm_all
 
     try:
-        setup(prewarm=not args.no_prewarm, purpose=args.purpose)
+        setup(purpose=args.purpose)
+        if not args.no_prewarm:
+            prewarm_all()
     except SetupError as exc:
         print(f"[coursekit setup] FAILED: {exc}", file=sys.stderr)
         return 1
+    log("ready")
     return 0
 
 

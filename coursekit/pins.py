@@ -1,8 +1,9 @@
-"""Read the kit's pins (coursekit/pins.toml and requirements.txt)."""
+"""Read the kit's pins (coursekit/pins.toml and requirements.txt), and the rustc they run with."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -43,3 +44,19 @@ def python_requirements() -> dict[str, str]:
         if m:
             reqs[re.sub(r"\[.*\]", "", m.group(1)).lower()] = m.group(2)
     return reqs
+
+
+@cache
+def rustc_banner() -> str:
+    """`rustc --version` of the active toolchain ('' when rustc does not run)."""
+    try:
+        out = subprocess.run(["rustc", "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
+
+
+def rustc_version() -> str:
+    """The active rustc's version, X.Y.Z ('' when rustc does not run)."""
+    m = re.match(r"rustc (\d+\.\d+\.\d+)", rustc_banner())
+    return m.group(1) if m else ""

@@ -68,16 +68,14 @@ def show_versions(*frameworks: str) -> None:
     """Print what this notebook runs with: Python, torch, rustc, evcxr and the framework pins.
     Every course notebook calls it in its first cells."""
     import platform
-    import subprocess
 
     import torch
 
     from .. import pins
 
-    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.split()
     print(
         f"Python {platform.python_version()} · torch {torch.__version__.split('+')[0]} · "
-        f"rustc {rustc[1] if len(rustc) > 1 else '?'} · evcxr_jupyter {pins.evcxr_version()}"
+        f"rustc {pins.rustc_version() or '?'} · evcxr_jupyter {pins.evcxr_version()}"
     )
     for fw in frameworks:
         print(f"{fw}: " + " · ".join(pins.dep_lines(fw)))

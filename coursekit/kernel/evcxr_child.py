@@ -24,7 +24,7 @@ from jupyter_client.manager import KernelManager
 OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"}
 STRAGGLER_GRACE_S = 0.03  # evcxr relays stdout lines from another thread: wait for late ones
 INTERRUPT_GRACE_S = 1.5  # after this, an interrupt that evcxr did not honour restarts it
-STARTUP_TIMEOUT_S = 120
+STARTUP_TIMEOUT_S = 600  # evcxr compiles the prelude crate at its first start in a build directory
 
 
 class ChildRestarted(Exception):

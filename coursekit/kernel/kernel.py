@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 
+from .. import pins
 from ..content.notebooks import LANGUAGE_INFO, split_python
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
@@ -41,19 +41,11 @@ def first_cell_deps(notebook: str) -> list[str]:
     return [line for line in code.splitlines() if line.startswith(":dep ")]
 
 
-def _rustc_version() -> str:
-    try:
-        out = subprocess.run(["rustc", "--version"], capture_output=True, text=True, timeout=10).stdout
-        return out.split()[1]
-    except (OSError, IndexError, subprocess.TimeoutExpired):
-        return ""
-
-
 class RustPyTorchKernel(IPythonKernel):
     implementation = "coursekit-rust-pytorch"
     implementation_version = "1.0"
     banner = "Rust (evcxr) cells, with %%python cells for the PyTorch reference code"
-    language_info = dict(LANGUAGE_INFO, version=_rustc_version())
+    language_info = dict(LANGUAGE_INFO, version=pins.rustc_version())
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

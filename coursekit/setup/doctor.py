@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -56,11 +55,10 @@ def _rust(r: Report) -> None:
 
     rustc = shutil.which("rustc")
     if r.check(bool(rustc), f"rustc on PATH ({rustc})", "install Rust with rustup (https://rustup.rs)"):
-        version = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.split()
-        minor = int(version[1].split(".")[1]) if len(version) > 1 else 0
+        version = pins.rustc_version()
         r.check(
-            minor >= 95,
-            f"rustc {version[1] if len(version) > 1 else '?'} >= 1.95 (evcxr's MSRV)",
+            version != "" and int(version.split(".")[1]) >= 95,
+            f"rustc {version or '?'} >= 1.95 (evcxr's MSRV)",
             "rustup update stable",
         )
     have = evcxr_installed_version()

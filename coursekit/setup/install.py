@@ -5,7 +5,7 @@ all run it.
 Steps: the Debian helpers of the purpose (none for a learner), the Rust standard-library
 sources evcxr's analyzer needs (setup/rust_src.py), evcxr_jupyter, the evcxr configuration
 (dependency cache, prelude), both kernelspecs (written into this Python environment, not
-the user's home), and the prewarm.
+the user's home); then `coursekit setup` runs the prewarm (setup/prewarm.py).
 """
 
 from __future__ import annotations
@@ -233,15 +233,11 @@ def write_lab_settings() -> None:
     (d / "overrides.json").write_text(json.dumps(overrides, indent=1) + "\n")
 
 
-def setup(prewarm: bool = True, purpose: str = "learner") -> None:
+def setup(purpose: str = "learner") -> None:
+    """Everything but the prewarm (setup/prewarm.py), which needs the kernels written here."""
     ensure_system_packages(purpose)
     std_sources = ensure_rust_src()
     evcxr = ensure_evcxr()
     write_evcxr_config()
     write_kernelspecs(evcxr, std_sources)
     write_lab_settings()
-    if prewarm:
-        from .prewarm import prewarm_all  # noqa: PLC0415
-
-        prewarm_all()
-    log("ready")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import time
 
 from tqdm import tqdm
@@ -26,7 +25,7 @@ CELL_TIMEOUT_S = 3600
 def warm_key(framework: str) -> str:
     """Names everything a warm build depends on: pins, evcxr, rustc, the course's evcxr
     configuration and the prelude crate."""
-    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout
+    rustc = pins.rustc_banner()
     config = evcxr_config_dir(prelude=True)
     prelude = pins.PACKAGE / "kernel" / "prelude"
     sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text(), slots.CARGO_CONFIG]

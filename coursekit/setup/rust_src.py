@@ -38,6 +38,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import pins
+
 FITS_BEHIND, FITS_AHEAD = 1, 2  # releases around rustc's that work (measured, see above)
 MIRROR = os.environ.get("COURSEKIT_DEBIAN_MIRROR", "https://deb.debian.org/debian")
 # Suites searched in this order; the small backports indexes first.
@@ -60,14 +62,10 @@ class Sources:
 
 def rustc_version() -> str:
     """The active rustc's version, X.Y.Z."""
-    try:
-        out = subprocess.run(["rustc", "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SourcesError(f"cannot run rustc ({exc}); install Rust with rustup first") from None
-    m = re.match(r"rustc (\d+\.\d+\.\d+)", out)
-    if not m:
-        raise SourcesError(f"cannot read rustc's version from {out!r}")
-    return m.group(1)
+    version = pins.rustc_version()
+    if not version:
+        raise SourcesError("rustc does not run: install Rust with rustup (https://rustup.rs) first")
+    return version
 
 
 def _minor(version: str) -> tuple[int, int]:
