@@ -148,6 +148,29 @@ def _grade(args) -> int:
     return 0
 
 
+def _clean(args) -> int:
+    import glob
+    import shutil
+
+    from .setup import doctor, prewarm, slots
+
+    removed = slots.prune(everything=args.all, warm=prewarm.current)
+    if args.all:
+        cache = doctor.evcxr_cache()
+        removed.append((cache, slots.size(cache)))
+        shutil.rmtree(cache, ignore_errors=True)
+    for log in glob.glob("/tmp/coursekit-evcxr-*.log"):  # left by kernels of older versions
+        removed.append((Path(log), os.path.getsize(log)))
+        os.unlink(log)
+    for path, size in removed:
+        print(f"removed {path} ({size / 2**20:.0f} MiB)")
+    print(
+        f"freed {sum(s for _, s in removed) / 2**30:.2f} GiB"
+        + ("; run `make setup` to warm up again" if args.all else "")
+    )
+    return 0
+
+
 def _cheatsheet(args) -> int:
     from .content.cheatsheet import run
 
@@ -165,6 +188,7 @@ COMMANDS = {
     "next": (_next, "the next unsolved task"),
     "hint": (_hint, "a hint for a task: a nudge first, then a stronger one"),
     "solution": (_solution, "a task's reference solution, once the task passes"),
+    "clean": (_clean, "remove build directories and caches that are not needed (or all, with --all)"),
     "grade": (_grade, "autograde a folder (or LMS zips) of submissions, sandboxed and in parallel"),
     "cheatsheet": (_cheatsheet, "regenerate or check the PyTorch → Rust cheat-sheet (course/02_tensors)"),
 }
@@ -194,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")
     p["check"].add_argument("--hints", action="store_true", help="show the first hint of each failing task")
+    p["clean"].add_argument("--all", action="store_true", help="also the warm directories and evcxr's cache")
     p["hint"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")
     p["solution"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")
     p["solution"].add_argument("--force", action="store_true", help="show it even if the task does not pass")

@@ -88,7 +88,7 @@ class EvcxrChild:
     # -- life cycle (worker thread) ---------------------------------------------------
     def _start(self):
         self._km = KernelManager(kernel_name="evcxr", kernel_spec_manager=_EvcxrSpec())
-        self.stderr_log = tempfile.NamedTemporaryFile(prefix="coursekit-evcxr-", suffix=".log")  # noqa: SIM115
+        self.stderr_log = tempfile.TemporaryFile()  # noqa: SIM115 (no name: nothing left if we are killed)
         self._km.start_kernel(preexec_fn=_die_with_parent, stdout=self.stderr_log, stderr=self.stderr_log)
         try:
             self._connect()
@@ -97,8 +97,9 @@ class EvcxrChild:
 
     def stderr_tail(self, n: int = 2000) -> str:
         """The end of what evcxr wrote to stderr (its own errors, cargo's progress)."""
-        with open(self.stderr_log.name, errors="replace") as f:
-            return f.read()[-n:].strip()
+        fd = self.stderr_log.fileno()
+        end = os.fstat(fd).st_size
+        return os.pread(fd, n, max(end - n, 0)).decode(errors="replace").strip()
 
     def _connect(self):
         self._kc = self._km.client()

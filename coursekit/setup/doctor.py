@@ -165,10 +165,15 @@ def _environment(r: Report, env: dict | None) -> None:
         r.bad("torch importable", "run `make setup`")
 
 
-def _cache(r: Report) -> None:
-    from .prewarm import is_warm
+def evcxr_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evcxr"
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evcxr"
+
+def _cache(r: Report) -> None:
+    from . import rust_src
+    from .prewarm import current, is_warm
+
+    cache = evcxr_cache()
     r.check(
         cache.is_dir() and any(cache.iterdir()),
         f"evcxr dependency cache at {cache}",
@@ -185,6 +190,23 @@ def _cache(r: Report) -> None:
         "frameworks prewarmed"
         + (f" (cold: {', '.join(cold)})" if cold else f" in every warm directory ({slots.POOL_SIZE})"),
         FIX_SETUP + " (takes minutes the first time)",
+    )
+    pool = slots.pool_dir()
+    dirs = sorted(pool.glob("slot-*"))
+    prunable = [
+        d for d in dirs if not current(d) or (d.name[5:].isdigit() and int(d.name[5:]) >= slots.POOL_SIZE)
+    ]
+    sizes = {
+        "build directories": sum(slots.size(d) for d in dirs),
+        "evcxr's dependency cache": slots.size(cache),
+        "Rust std sources": slots.size(rust_src.cache_dir()),
+    }
+    print("        disk: " + ", ".join(f"{what} {size / 2**30:.1f} GiB" for what, size in sizes.items()))
+    r.check(
+        not prunable,
+        f"no stale or overflow build directories in {pool}"
+        + (f" ({', '.join(d.name for d in prunable)})" if prunable else ""),
+        "`coursekit clean` removes them",
     )
 
 

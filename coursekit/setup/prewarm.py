@@ -45,6 +45,16 @@ def is_warm(slot: int, framework: str) -> bool:
     return _stamps(slot).get(framework) == warm_key(framework)
 
 
+def current(slot_dir) -> bool:
+    """Every framework compiled in this build directory matches today's pins and rustc."""
+    try:
+        stamps = json.loads((slot_dir / STAMP).read_text())
+    except (OSError, ValueError):
+        return True  # nothing compiled by the prewarm: nothing stale
+    frameworks = pins.frameworks()
+    return all(fw in frameworks and key == warm_key(fw) for fw, key in stamps.items())
+
+
 def _mark_warm(slot: int, framework: str) -> None:
     stamps = _stamps(slot)
     stamps[framework] = warm_key(framework)

@@ -5,8 +5,9 @@ re-runs the build scripts of its crates (for tch: a C++ compile) and relinks eve
 kernel started through `python -m coursekit.setup.slots -- evcxr_jupyter ...` instead takes the
 first free directory of a pool (EVCXR_TMPDIR), locked for as long as that evcxr process
 lives. The setup's prewarm step builds every framework in the first POOL_SIZE directories;
-a kernel that finds them all busy takes the next one (built from evcxr's dependency cache
-on first use, warm afterwards).
+a kernel that finds them all busy takes one of OVERFLOW more (built from evcxr's dependency
+cache on first use, warm afterwards), and when those are busy too, evcxr's own temporary
+directory (removed when evcxr exits). `coursekit clean` prunes what is not needed.
 
 The pool's cargo configuration compiles each cell's own crate without optimisation (the
 frameworks, which do the numerical work, stay at opt-level 2): Burn's and DFDX's generic
@@ -16,13 +17,15 @@ code is instantiated in the cell's crate, and optimising it made a small Burn ce
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import shutil
 import sys
 from pathlib import Path
 
 POOL_SIZE = int(os.environ.get("COURSEKIT_SLOTS", "2"))
-MAX_SLOTS = 64
+OVERFLOW = 4
 CARGO_CONFIG = """\
 # Written by coursekit (slots.py): cells compile fast, dependencies run fast.
 [profile.dev]
@@ -48,21 +51,61 @@ def ensure_pool(pool: Path | None = None) -> Path:
     return pool
 
 
-def acquire(pool: Path | None = None, only: str | None = None) -> tuple[Path, int]:
+def _lock(slot: Path, wait: bool) -> int | None:
+    slot.mkdir(exist_ok=True)
+    fd = os.open(slot / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def acquire(pool: Path | None = None, only: str | None = None) -> tuple[Path, int] | None:
     """Lock the first free slot (or wait for the slot named `only`): its directory and the
-    locked fd."""
+    locked fd; None when every slot is busy."""
     pool = ensure_pool(pool)
-    for n in range(MAX_SLOTS) if only is None else [only]:
-        slot = pool / f"slot-{n}"
-        slot.mkdir(exist_ok=True)
-        fd = os.open(slot / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if only is not None else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
+    for n in range(POOL_SIZE + OVERFLOW) if only is None else [only]:
+        fd = _lock(pool / f"slot-{n}", wait=only is not None)
+        if fd is not None:
+            return pool / f"slot-{n}", fd
+    return None
+
+
+def size(path: Path) -> int:
+    """Bytes on disk under `path` (each file once)."""
+    seen, total = set(), 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, f))
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
+
+
+def prune(everything: bool = False, warm=lambda slot: True) -> list[tuple[Path, int]]:
+    """Remove the build directories no kernel uses that are not needed: overflow ones, and
+    warm ones whose compiled frameworks are stale (`warm(slot)` false); with `everything`,
+    all of them. Returns what was removed and its size."""
+    removed = []
+    pool = pool_dir()
+    for slot in sorted(pool.glob("slot-*")):
+        name = slot.name.removeprefix("slot-")
+        keep = name.isdigit() and int(name) < POOL_SIZE or not name.isdigit()
+        if keep and warm(slot) and not everything:
             continue
-        return slot, fd
-    raise RuntimeError(f"all {MAX_SLOTS} evcxr build directories in {pool} are busy")
+        fd = _lock(slot, wait=False)
+        if fd is None:  # a kernel is using it
+            continue
+        try:
+            removed.append((slot, size(slot)))
+            shutil.rmtree(slot, ignore_errors=True)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def main(argv: list[str]) -> None:
@@ -71,9 +114,11 @@ def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m coursekit.setup.slots -- COMMAND [ARGS...]")
     only = os.environ.pop("COURSEKIT_SLOT", None)  # the prewarm step picks its directory
-    slot, fd = acquire(only=only)
-    os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process
-    os.environ["EVCXR_TMPDIR"] = str(slot)
+    got = acquire(only=only)
+    if got is not None:  # else evcxr's own temporary directory
+        slot, fd = got
+        os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process
+        os.environ["EVCXR_TMPDIR"] = str(slot)
     os.execvp(argv[0], argv)
 
 
