@@ -95,6 +95,11 @@ def prewarm_all() -> None:
     )
     with tqdm(todo, unit="step", dynamic_ncols=True) as bar:
         for slot, framework in bar:
+            if slots.busy(slot):  # a running kernel (JupyterLab, tests) holds it: do not wait
+                bar.write(
+                    f"  warm directory {slot} is in use by a kernel: skipped ({framework} warms on first use)"
+                )
+                continue
             bar.set_description(f"{framework} (warm directory {slot})")
             seconds = warm(slot, framework)
             bar.write(f"  {framework} in warm directory {slot}: {seconds:.0f} s")

@@ -62,6 +62,14 @@ def _lock(slot: Path, wait: bool) -> int | None:
     return fd
 
 
+def busy(name: int | str) -> bool:
+    """A kernel holds this build directory now."""
+    fd = _lock(ensure_pool() / f"slot-{name}", wait=False)
+    if fd is not None:
+        os.close(fd)
+    return fd is None
+
+
 def acquire(pool: Path | None = None, only: str | None = None) -> tuple[Path, int] | None:
     """Lock the first free slot (or wait for the slot named `only`): its directory and the
     locked fd; None when every slot is busy."""
