@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import shutil
@@ -90,72 +89,75 @@ def test_exercise_notebook_is_well_formed(path):
         assert not any(h in cell.source for h in every_hint)
 
 
-def wrong_variants(path: Path) -> list[tuple[nbformat.NotebookNode, dict[str, str]]]:
-    """The exercise with the k-th known-wrong solution of every task that has one (k = 0,
-    1, ...), and {task id: why it is wrong} for the tasks changed."""
-    from coursekit.learner.exercises import with_body
-
-    nb = nbformat.read(path, as_version=4)
-    most = max(
-        (len(c.metadata.get("coursekit", {}).get("wrong", [])) for c in cells_of(nb, "solution")), default=0
-    )
-    variants = []
-    for k in range(most):
-        variant, why = copy.deepcopy(nb), {}
-        for cell in cells_of(variant, "solution"):
-            wrong = cell.metadata.get("coursekit", {}).get("wrong", [])
-            if k < len(wrong):
-                cell.source = with_body(cell.source, wrong[k]["code"])
-                why[cell.metadata.nbgrader.grade_id] = wrong[k]["why"]
-        variants.append((variant, why))
-    return variants
-
-
 @pytest.mark.full
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_exercise_fails_unsolved_and_wrong_and_passes_solved(tmp_path, path):
-    """nbgrader's own autograde: the stub scores 0, each known-wrong solution scores 0 on its
-    task (and compiles and runs: its answer cell shows no error), the solution scores full."""
-    from coursekit.learner.exercises import tasks_of
-
+def test_exercise_scores_full_marks_solved(tmp_path, path):
+    """nbgrader's own autograde of the reference solution: every test at full marks."""
     assignment = path.parent.name
     course = course_copy(tmp_path, assignment, [path])
-    students = {"unsolved": nbformat.read(course / "exercises" / assignment / path.name, as_version=4)}
-    students["solved"] = nbformat.read(course / "solutions" / assignment / path.name, as_version=4)
-    wrongs = {}
-    for k, (variant, why) in enumerate(wrong_variants(path)):
-        students[f"wrong{k}"], wrongs[f"wrong{k}"] = variant, why
-    for student, nb in students.items():
-        dest = course / "submitted" / student / assignment
-        dest.mkdir(parents=True)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
-        nbformat.write(nb, dest / path.name)
+    dest = course / "submitted" / "solved" / assignment
+    dest.mkdir(parents=True)
+    nb = nbformat.read(course / "solutions" / assignment / path.name, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nbformat.write(nb, dest / path.name)
     result = nbgrader(course, "autograde", assignment, "--force")
     assert result.returncode == 0, result.stdout + result.stderr
 
     from nbgrader.api import Gradebook
 
-    tests_of = {t.id: t.tests for t in tasks_of(path)}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        unsolved = gb.find_submission_notebook(path.stem, assignment, "unsolved")
         solved = gb.find_submission_notebook(path.stem, assignment, "solved")
         assert solved.max_score > 0
-        passed = [g.name for g in unsolved.grades if g.score]
-        assert unsolved.score == 0, f"tests that pass without a solution: {passed}"
         failed = [g.name for g in solved.grades if g.score != g.max_score]
         assert solved.score == solved.max_score, f"the solution lost points on {failed}"
-        for student, why in wrongs.items():
-            scores = {
-                g.name: g.score for g in gb.find_submission_notebook(path.stem, assignment, student).grades
-            }
-            caught = {task: [t for t in tests_of[task] if scores[t]] for task in why}
-            assert not any(caught.values()), f"{student}: wrong solutions that score: {caught} ({why})"
-            graded = nbformat.read(course / "autograded" / student / assignment / path.name, as_version=4)
-            broken = [
-                c.metadata.nbgrader.grade_id
-                for c in cells_of(graded, "solution")
-                if c.metadata.nbgrader.grade_id in why and any(o.output_type == "error" for o in c.outputs)
-            ]
-            assert not broken, f"{student}: these wrong solutions do not even compile or run: {broken}"
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_unsolved_and_known_wrong_solutions_fail(tmp_path, path):
+    """In one kernel, task by task as the harness of graded runs judges them: the released
+    stub fails the task's tests, so does each known-wrong solution (which must itself run
+    without error: a mistake, not a syntax error), and then the reference solution passes."""
+    from coursekit.grading.harness import arm, is_helpers, is_test, passed
+    from coursekit.kernel.session import KernelSession
+    from coursekit.learner.exercises import tasks_of, with_body
+
+    source = nbformat.read(path, as_version=4)
+    stubs = {
+        c.metadata.nbgrader.grade_id: c.source
+        for c in cells_of(
+            nbformat.read(ROOT / "exercises" / path.parent.name / path.name, as_version=4), "solution"
+        )
+    }
+    helpers = "\n".join(c.source for c in source.cells if c.cell_type == "code" and is_helpers(c))
+    tests_of = {t.id: t.tests for t in tasks_of(path)}
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in source.cells}
+    problems = []
+    with KernelSession(cwd=tmp_path) as kernel:
+
+        def judge(test_id: str) -> bool:
+            ran = kernel.run(arm(cells[test_id].source, "n0nce", test_id, helpers), timeout=300)
+            return passed([{"output_type": t, **c} for t, c in ran.outputs], "n0nce")
+
+        for cell in source.cells:
+            if cell.cell_type != "code" or is_test(cell):
+                continue
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if not cell.metadata.get("nbgrader", {}).get("solution"):
+                ran = kernel.run(cell.source, timeout=900)
+                assert ran.ok, f"{gid}: {ran.error}"
+                continue
+            wrongs = cell.metadata.get("coursekit", {}).get("wrong", [])
+            for why, body in [("the stub", None)] + [(w["why"], w["code"]) for w in wrongs]:
+                code = stubs[gid] if body is None else with_body(cell.source, body)
+                ran = kernel.run(code, timeout=300)
+                if body is not None and not ran.ok:
+                    problems.append(f"{gid}: the wrong solution {why!r} does not run: {ran.error}")
+                if [t for t in tests_of[gid] if judge(t)] == tests_of[gid]:
+                    problems.append(f"{gid}: {why!r} passes the tests")
+            assert kernel.run(cell.source, timeout=300).ok, f"{gid}: the reference solution does not run"
+            failing = [t for t in tests_of[gid] if not judge(t)]
+            assert not failing, f"{gid}: the reference solution fails {failing}"
+    assert not problems, "\n".join(problems)
