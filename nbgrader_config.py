@@ -16,7 +16,7 @@ from nbgrader.preprocessors import (
 from nbgrader.validator import Validator
 
 from coursekit.grading.harness import GradedExecute
-from coursekit.grading.nbgrader_ext import ClearSolutions
+from coursekit.grading.nbgrader_ext import ClearAnswerMetadata, ClearSolutions
 
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
@@ -33,6 +33,7 @@ c.GenerateAssignment.preprocessors = [
     InstantiateTests,
     LockCells,
     ClearSolutions,
+    ClearAnswerMetadata,
     ClearOutput,
     CheckCellMetadata,
     ComputeChecksums,

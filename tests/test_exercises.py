@@ -141,18 +141,11 @@ def test_unsolved_and_known_wrong_solutions_fail(tmp_path, path):
             ran = kernel.run(arm(cells[test_id].source, "n0nce", test_id, helpers), timeout=300)
             return passed([{"output_type": t, **c} for t, c in ran.outputs], "n0nce")
 
-        for cell in source.cells:
-            if cell.cell_type != "code" or is_test(cell):
-                continue
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if not cell.metadata.get("nbgrader", {}).get("solution"):
-                ran = kernel.run(cell.source, timeout=900)
-                assert ran.ok, f"{gid}: {ran.error}"
-                continue
+        def candidates(cell) -> None:
+            gid = cell.metadata.nbgrader.grade_id
             wrongs = cell.metadata.get("coursekit", {}).get("wrong", [])
             for why, body in [("the stub", None)] + [(w["why"], w["code"]) for w in wrongs]:
-                code = stubs[gid] if body is None else with_body(cell.source, body)
-                ran = kernel.run(code, timeout=300)
+                ran = kernel.run(stubs[gid] if body is None else with_body(cell.source, body), timeout=300)
                 if body is not None and not ran.ok:
                     problems.append(f"{gid}: the wrong solution {why!r} does not run: {ran.error}")
                 if [t for t in tests_of[gid] if judge(t)] == tests_of[gid]:
@@ -160,4 +153,29 @@ def test_unsolved_and_known_wrong_solutions_fail(tmp_path, path):
             assert kernel.run(cell.source, timeout=300).ok, f"{gid}: the reference solution does not run"
             failing = [t for t in tests_of[gid] if not judge(t)]
             assert not failing, f"{gid}: the reference solution fails {failing}"
+
+        pending = None  # the answer cell whose tests come next (reference cells may come between)
+        for cell in source.cells:
+            if cell.cell_type != "code":
+                continue
+            if is_test(cell):
+                if pending is not None:
+                    candidates(pending)
+                    pending = None
+                continue
+            ran = kernel.run(cell.source, timeout=900)
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            assert ran.ok, f"{gid}: {ran.error}"
+            if cell.metadata.get("nbgrader", {}).get("solution"):
+                pending = cell
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_released_notebooks_hold_no_hints_or_wrong_solutions(assignment):
+    """Students get the release: hints (`coursekit hint`) and known-wrong solutions stay in
+    the instructor's source."""
+    for path in sorted((ROOT / "exercises" / assignment).glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            meta = cell.metadata.get("coursekit", {})
+            assert "hint" not in meta and "wrong" not in meta, f"{path.name}: {cell.metadata}"
