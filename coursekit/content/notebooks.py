@@ -50,16 +50,23 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:
     """Run a notebook top to bottom in its directory and save it with its new outputs."""
+    import shutil
+
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
+    from ..kernel.session import ipc_manager
+
     nb = nbformat.read(path, as_version=4)
+    km, runtime = ipc_manager(KERNELSPEC["name"], manager_class=AsyncKernelManager)
     client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name=KERNELSPEC["name"],
-        resources={"metadata": {"path": str(Path(path).parent)}},
+        nb, km=km, timeout=timeout, resources={"metadata": {"path": str(Path(path).parent)}}
     )
-    client.execute()
+    client.owns_km = True  # shut the kernel down when done
+    try:
+        client.execute()
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
     nbformat.write(clean(nb), path)
     return nb
 

@@ -36,6 +36,17 @@ class Ran(NamedTuple):
         return None if self.ok else f"{self.reply.get('ename')}: {self.reply.get('evalue')}"
 
 
+def ipc_manager(name: str, spec_manager=None, manager_class=KernelManager):
+    """A kernel manager that talks over Unix sockets in a short private directory (no TCP
+    port, and no "running over TCP without encryption" warning), and that directory."""
+    runtime = tempfile.mkdtemp(prefix="ck-")
+    kwargs = {"kernel_spec_manager": spec_manager} if spec_manager else {}
+    km = manager_class(kernel_name=name, transport="ipc", **kwargs)
+    km.connection_file = os.path.join(runtime, "kernel.json")
+    km.ip = os.path.join(runtime, "k")
+    return km, runtime
+
+
 class KernelSession:
     """A running kernel, talked to over Unix sockets in a short private directory (no TCP
     port, and no "running over TCP without encryption" warning in every log)."""
@@ -48,11 +59,7 @@ class KernelSession:
         spec_manager=None,
         startup_timeout: float = 300,
     ):
-        self.runtime = tempfile.mkdtemp(prefix="ck-")
-        kwargs = {"kernel_spec_manager": spec_manager} if spec_manager else {}
-        self.km = KernelManager(kernel_name=name, transport="ipc", **kwargs)
-        self.km.connection_file = os.path.join(self.runtime, "kernel.json")
-        self.km.ip = os.path.join(self.runtime, "k")
+        self.km, self.runtime = ipc_manager(name, spec_manager)
         self.km.start_kernel(cwd=str(cwd or os.getcwd()), env={**os.environ, **(env or {})})
         self.kc = self.km.client()
         self.kc.start_channels()
