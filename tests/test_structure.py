@@ -205,3 +205,27 @@ def test_test_cells_use_only_what_a_student_cannot_replace(path):
         assert not unknown, f"{gid}: {sorted(unknown)} can be redefined by a student: call them by path"
     if helpers:
         assert all(not re.search(r"^let ", c.source, re.M) for c in helpers), "helpers hold items only"
+
+
+NOTEBOOK_CODE = [p for p in NOTEBOOKS if "exercises" not in p.parts]
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_CODE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_answer_cells_can_run_again(path):
+    """evcxr files an `impl` under the named item above it in its cell; an `impl` with none
+    above it is added again at every run ("conflicting implementations"), so a learner could
+    never re-run the cell after fixing it. Answer cells never start with an `impl`."""
+    from coursekit.grading.harness import nbgrader_meta
+
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "code" or not nbgrader_meta(cell).get("solution"):
+            continue
+        code = "\n".join(
+            line for line in cell.source.splitlines() if not line.lstrip().startswith(("//", "#["))
+        )
+        first = re.search(
+            r"^(?:pub\s+)?(impl|fn|struct|enum|type|trait|const|static|mod|let|use)\b", code, re.M
+        )
+        assert not (first and first.group(1) == "impl"), (
+            f"{nbgrader_meta(cell)['grade_id']} starts with an impl"
+        )

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..grading.grade import Settings, Submission, Templates, run_job
 from . import exercises, progress
 
+CHECK_CELL_TIMEOUT_S = 900
 GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
 
 
@@ -26,7 +27,9 @@ def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
             Submission("you", assignment, notebook.name, notebook),
             Templates(Path(work)),
             Path(work),
-            Settings(sandboxed=False),
+            # the learner's own code on their machine: no sandbox, and time for a cold first
+            # compile of a framework on one slow CPU
+            Settings(sandboxed=False, cell_timeout=CHECK_CELL_TIMEOUT_S),
         )
     g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
     for note in record.notes:
