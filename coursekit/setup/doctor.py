@@ -28,6 +28,9 @@ class Report:
         self.problems += 1
         print(f"  FAIL  {what}\n        fix: {fix}")
 
+    def note(self, what: str) -> None:
+        print(f"  note  {what}")
+
     def check(self, good: bool, what: str, fix: str) -> bool:
         (self.ok(what) if good else self.bad(what, fix))
         return good
@@ -201,13 +204,10 @@ def _cache(r: Report) -> None:
         "evcxr's dependency cache": slots.size(cache),
         "Rust std sources": slots.size(rust_src.cache_dir()),
     }
-    print("        disk: " + ", ".join(f"{what} {size / 2**30:.1f} GiB" for what, size in sizes.items()))
-    r.check(
-        not prunable,
-        f"no stale or overflow build directories in {pool}"
-        + (f" ({', '.join(d.name for d in prunable)})" if prunable else ""),
-        "`coursekit clean` removes them",
-    )
+    r.note("disk: " + ", ".join(f"{what} {size / 2**30:.1f} GiB" for what, size in sizes.items()))
+    if prunable:
+        names = ", ".join(d.name for d in prunable)
+        r.note(f"build directories that `coursekit clean` would remove when no kernel uses them: {names}")
 
 
 def doctor() -> int:
