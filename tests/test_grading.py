@@ -503,7 +503,8 @@ def test_the_batch_finishes_in_bounded_time_and_leaves_nothing_running(graded):
     leftover = subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True, text=True).stdout.split()
     assert leftover == []
     assert not (out / ".work").exists()
-    assert not [p for p in Path(tempfile.gettempdir()).glob("ck-*") if p.is_symlink() and not p.exists()]
+    links = [p for p in Path(tempfile.gettempdir()).glob("ck-*") if p.is_symlink()]
+    assert not [p for p in links if str(out) in os.readlink(p)], "runtime links left behind"
 
 
 def test_rerun_grades_only_what_changed_force_regrades_all(graded):
@@ -565,6 +566,8 @@ def test_an_interrupted_batch_resumes(tmp_path):
     assert result.returncode == 0
     assert f"graded {3 - len(first)} notebook(s)" in result.stdout
     assert {r["score"] for r in records(out).values()} == {FULL}
+    links = [p for p in Path(tempfile.gettempdir()).glob("ck-*") if p.is_symlink()]
+    assert not [p for p in links if str(out) in os.readlink(p)], "the killed job's runtime link is left"
 
 
 def test_lms_zip_export(tmp_path):

@@ -548,7 +548,7 @@ def _feedback(record, course, sub, feedback_dir, settings, released=None) -> Non
     if not html:
         title = _escape(sub.notebook)
         html = f"<html><body><h1>{title}</h1><p>Score: 0 / {record.max_score:g}</p></body></html>"
-    _atomic_write(dest, html.replace("<body>", "<body>" + banner, 1))
+    _atomic_write(dest, re.sub(r"<body[^>]*>", lambda m: m.group(0) + banner, html, count=1))
 
 
 def _escape(text: str) -> str:
@@ -645,6 +645,9 @@ def grade(
     src, out = src.resolve(), out.resolve()  # jobs run in other working directories
     out.mkdir(parents=True, exist_ok=True)
     work = out / ".work"
+    for job in work.glob("job-*"):  # left by a grader that was killed: its cgroups, its /tmp link
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            sandbox.Job.load(job).remove()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     assignments = sorted(d.name for d in (ROOT / "solutions").iterdir() if d.is_dir())
