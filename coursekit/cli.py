@@ -75,6 +75,12 @@ def _check(args) -> int:
     return check(Path(args.notebook), hints=args.hints, color=sys.stdout.isatty())
 
 
+def _watch(args) -> int:
+    from .learner.check import watch
+
+    return watch(Path(args.notebook), hints=args.hints, color=sys.stdout.isatty())
+
+
 def _progress(args) -> int:
     from .learner.progress import table
 
@@ -184,6 +190,7 @@ COMMANDS = {
     "run": (_run, "execute notebooks in place and save their cleaned outputs"),
     "bench": (_bench, "measure compile times and cell latencies (bench/results.md)"),
     "check": (_check, "run an exercise's visible and hidden tests, task by task"),
+    "watch": (_watch, "check an exercise again each time it is saved; show what changed"),
     "progress": (_progress, "which exercises and tasks you have done"),
     "next": (_next, "the next unsolved task"),
     "hint": (_hint, "a hint for a task: a nudge first, then a stronger one"),
@@ -218,6 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")
     p["check"].add_argument("--hints", action="store_true", help="show the first hint of each failing task")
+    p["watch"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")
+    p["watch"].add_argument("--hints", action="store_true", help="show the first hint of each failing task")
     p["clean"].add_argument("--all", action="store_true", help="also the warm directories and evcxr's cache")
     p["hint"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")
     p["solution"].add_argument("task", help="ASSIGNMENT/TASK or TASK, as `coursekit check` names it")

@@ -81,3 +81,48 @@ def test_check_then_progress_next_and_solution(tmp_path):
     first_other = next(t for t in exercises.all_tasks() if t.notebook != NOTEBOOK)
     assert f"task {first_other.id}" in nxt.stdout
     assert coursekit("solution", "01_rust/scale", state=state).returncode == 0
+
+
+def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(tmp_path, monkeypatch, capsys):
+    """`coursekit watch`: a save that changes only outputs does not check again; a save that
+    changes code does, and reports only the tasks whose verdict or report changed."""
+    import threading
+    import time
+
+    import nbformat
+
+    from coursekit.learner import check
+
+    path = tmp_path / NOTEBOOK
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("fn scale() { todo!() }")])
+    nbformat.write(nb, path)
+    seen = []
+
+    def fake_verdicts(notebook, hints, color):
+        code = check.code_of(notebook)
+        seen.append(code)
+        solved = "todo" not in code
+        tasks = {
+            "01_rust/scale": (solved, "PASS scale" if solved else "FAIL scale"),
+            "01_rust/other": (False, "FAIL other"),
+        }
+        return [], tasks, f"{int(solved)}/2 tasks pass"
+
+    monkeypatch.setattr(check, "verdicts", fake_verdicts)
+    watcher = threading.Thread(target=check.watch, args=(path,), kwargs={"interval": 0.02, "rounds": 2})
+    watcher.start()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="ran\n")]  # outputs only
+    nbformat.write(nb, path)
+    time.sleep(0.2)
+    assert len(seen) == 1, "a save without a code change checked again"
+    nb.cells[0].source = "fn scale() { 2 }"
+    nbformat.write(nb, path)
+    watcher.join(timeout=10)
+    assert not watcher.is_alive() and len(seen) == 2
+    out = capsys.readouterr().out
+    first, second = out.split("1/2 tasks pass")[0], out.split("0/2 tasks pass")[1]
+    assert "FAIL scale" in first and "FAIL other" in first
+    assert "PASS scale" in second and "FAIL other" not in second

@@ -5,7 +5,10 @@ the learner's own code on the learner's machine)."""
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
+
+import nbformat
 
 from ..grading.grade import Settings, Submission, Templates, run_job
 from . import exercises, progress
@@ -15,12 +18,23 @@ GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
 
 
 def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
+    report = verdicts(notebook, hints, color)
+    if report is None:
+        return 2
+    lines, tasks, summary = report
+    print("\n".join(lines + [text for _, text in tasks.values()] + [summary]))
+    return 0 if all(ok for ok, _ in tasks.values()) else 1
+
+
+def verdicts(notebook: Path, hints: bool = False, color: bool = True):
+    """Grade `notebook`: (notes and errors, {task key: (passes, its report)}, the score line),
+    or None when it is not an exercise notebook."""
     notebook = notebook.resolve()
     assignment = notebook.parent.name
     tasks = [t for t in exercises.all_tasks() if t.assignment == assignment and t.notebook == notebook.name]
     if not tasks:
         print(f"{notebook} is not an exercise notebook of this course (exercises/ASSIGNMENT/NAME.ipynb)")
-        return 2
+        return None
     print(f"checking {assignment}/{notebook.name} (visible and hidden tests) ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="coursekit-check-") as work:
         record = run_job(
@@ -32,35 +46,68 @@ def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
             Settings(sandboxed=False, cell_timeout=CHECK_CELL_TIMEOUT_S),
         )
     g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
-    for note in record.notes:
-        print(f"  {d}note: {note}{e}")
+    lines = [f"  {d}note: {note}{e}" for note in record.notes]
     if record.error:
-        print(f"  {r}{record.error}{e}")
+        lines.append(f"  {r}{record.error}{e}")
     results = {}
     for task in tasks:
         scores = [record.tasks.get(t, [0.0, 0.0, None]) for t in task.tests]
         ok = bool(scores) and all(s[0] == s[1] for s in scores) and not record.error
-        results[task.key] = ok
         got = sum(s[0] for s in scores)
         mark = f"{g}PASS{e}" if ok else f"{r}FAIL{e}"
-        print(f"  {mark} {task.id:28} {got:g}/{task.points:g}  {task.title}")
-        if ok:
-            continue
-        own = record.answers.get(task.id)
-        if own:  # the learner's own cell failed: that is the error to read first
-            print(indent(f"your code for {task.id}: {own}", 7))
-        for test, s in zip(task.tests, scores, strict=True):
-            if s[0] != s[1] and s[2] and not own:
-                print(indent(f"{test}: {s[2]}", 7))
-        if task.hints:
-            if hints:
-                print(f"       {d}hint: {task.hints[0]}{e}")
-            else:
-                print(f"       {d}stuck? `coursekit hint {task.key}` gives a hint{e}")
-    progress.save_results(results)
-    passed = sum(results.values())
-    print(f"{passed}/{len(results)} tasks pass; score {record.score:g}/{record.max_score:g}")
-    return 0 if passed == len(results) else 1
+        text = [f"  {mark} {task.id:28} {got:g}/{task.points:g}  {task.title}"]
+        if not ok:
+            own = record.answers.get(task.id)
+            if own:  # the learner's own cell failed: that is the error to read first
+                text.append(indent(f"your code for {task.id}: {own}", 7))
+            for test, s in zip(task.tests, scores, strict=True):
+                if s[0] != s[1] and s[2] and not own:
+                    text.append(indent(f"{test}: {s[2]}", 7))
+            if task.hints and hints:
+                text.append(f"       {d}hint: {task.hints[0]}{e}")
+            elif task.hints:
+                text.append(f"       {d}stuck? `coursekit hint {task.key}` gives a hint{e}")
+        results[task.key] = (ok, "\n".join(text))
+    progress.save_results({key: ok for key, (ok, _) in results.items()})
+    passed = sum(ok for ok, _ in results.values())
+    summary = f"{passed}/{len(results)} tasks pass; score {record.score:g}/{record.max_score:g}"
+    return lines, results, summary
+
+
+def code_of(notebook: Path) -> str:
+    """What a check depends on: the code of the notebook's cells (not their outputs)."""
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except (OSError, ValueError) as exc:  # half-written by an editor, or not a notebook
+        return f"unreadable: {exc}"
+    return "\n\0".join(c.source for c in nb.cells if c.cell_type == "code")
+
+
+def watch(notebook: Path, hints: bool = False, color: bool = True, interval: float = 1.0, rounds=None) -> int:
+    """`coursekit watch`: check again each time the notebook is saved with changed code, like
+    `rustlings watch`; after the first check, only the tasks whose verdict or report changed."""
+    previous: dict | None = None
+    seen = None
+    done = 0
+    print(f"watching {notebook}: save it to check again (Ctrl-C stops)")
+    try:
+        while rounds is None or done < rounds:
+            code = code_of(notebook)
+            if code == seen:
+                time.sleep(interval)
+                continue
+            seen, done = code, done + 1
+            report = verdicts(notebook, hints, color)
+            if report is None:
+                return 2
+            lines, tasks, summary = report
+            texts = {key: text for key, (_, text) in tasks.items()}
+            changed = [text for key, text in texts.items() if previous is None or previous.get(key) != text]
+            print("\n".join(lines + (changed or ["  (no task changed)"]) + [summary]), flush=True)
+            previous = texts
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def indent(message: str, by: int, max_lines: int = 25, max_chars: int = 3000) -> str:
