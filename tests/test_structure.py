@@ -78,7 +78,9 @@ def test_notebook_shows_pinned_versions_first(path):
     )
     call = re.search(r"show_versions\(([^)]*)\)", "\n".join(code[:2]))
     assert call, f"{path}: one of the first two code cells must call show_versions(...)"
-    assert sorted(re.findall(r'"(\w+)"', call.group(1))) == sorted(used)
+    shown = re.findall(r'"(\w+)"', call.group(1))
+    # more than its :dep lines where a notebook runs frameworks in kernels of their own
+    assert set(used) <= set(shown) <= set(pins.crates()), f"{path}: show_versions{call.group(0)[13:]}"
 
 
 def test_requirements_are_exact_and_locked():

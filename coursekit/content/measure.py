@@ -19,6 +19,10 @@ import nbformat
 from .. import pins
 
 ONE_THREAD = {"RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# The cells measured are compiled with optimisation, as a release build would be: the
+# course's kernels compile cells without it (slots.py), and the frameworks' generic code
+# (Burn's and DFDX's kernels, instantiated in the cell's crate) then runs far slower.
+OPTIMISED = {"CARGO_PROFILE_DEV_OPT_LEVEL": "2"}
 
 # Rust: the median time of `reps` calls after one warm-up call, and the process's peak memory.
 TIMING = r"""
@@ -57,7 +61,7 @@ def run_rust(framework: str, cells: list[str], timeout: float = 1800) -> dict:
     the last cell's last printed line, read as JSON."""
     from ..kernel.session import KernelSession
 
-    with KernelSession(env=ONE_THREAD) as kernel:
+    with KernelSession(env={**ONE_THREAD, **OPTIMISED}) as kernel:
         out = ""
         for cell in ["\n".join(pins.dep_lines(framework)), TIMING, *cells]:
             out = kernel.stdout(cell, timeout=timeout)
