@@ -45,6 +45,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check coursekit tests nbgrader_config.py
 
 # Re-resolve the lock after editing requirements.txt.
+# Lock with the oldest Python the kit supports, Debian 12's own (tests/test_structure.py checks
+# that every locked package accepts it): make lock PYTHON=/usr/bin/python3
 lock:
 	rm -rf .lockenv && $(PYTHON) -m venv .lockenv
 	.lockenv/bin/pip install --quiet -r requirements.txt

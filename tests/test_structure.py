@@ -93,6 +93,26 @@ def test_requirements_are_exact_and_locked():
         assert locked.get(name.replace("_", "-")) == version, f"{name} differs in constraints.txt"
 
 
+def test_every_locked_package_accepts_debian_12s_python():
+    """The lock installs on the oldest Python the kit supports, Debian 12's own 3.11.2 (a
+    package that requires 3.11.5, as soupsieve 3 does, breaks `make setup` there)."""
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    checked, refused = 0, []
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)$", line.strip())
+        if not m:
+            continue
+        dist = metadata.distribution(m.group(1))
+        assert dist.version == m.group(2), f"{m.group(1)}: the environment has {dist.version}, run make setup"
+        checked += 1
+        if "3.11.2" not in SpecifierSet(dist.metadata.get("Requires-Python") or ""):
+            refused.append(f"{m.group(1)}=={m.group(2)} requires Python {dist.metadata['Requires-Python']}")
+    assert checked > 100 and not refused, refused
+
+
 def test_torch_pin_matches_tch():
     torch = pins.frameworks()["tch"]["torch"]
     assert pins.python_requirements()["torch"] == torch
