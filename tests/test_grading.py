@@ -480,7 +480,7 @@ def test_feedback_shows_failures_but_neither_hidden_tests_nor_secrets(graded):
         html = (out / "feedback" / grade_dir(student) / ASSIGNMENT / "01_values_moves_clone.html").read_text()
         assert "<html" in html.lower()
         assert "let empty = scale" not in html, f"{student}: hidden tests in the feedback"
-        for secret in ("FOUND KEY", "root:", "canary-secret"):
+        for secret in ("FOUND KEY in /", "root:", "canary-secret-123"):  # as output, not source
             assert secret not in html and secret not in json.dumps(rec), (student, secret)
     thief = (out / "feedback" / "connection_thief" / ASSIGNMENT / "01_values_moves_clone.html").read_text()
     assert "thief done" in thief, "the thief ran, and found no key"
