@@ -8,19 +8,11 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::Linear;
-use digits_io::{check_shape, missing_tensor, Request, FEATURES, TENSORS};
+use digits_io::{Request, FEATURES};
 
 /// One tensor of the weights file, checked against the shape the model needs, as f32.
 fn take(file: &Path, tensors: &HashMap<String, Tensor>, name: &str) -> Result<Tensor, String> {
-    let expected = TENSORS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .unwrap_or(&[]);
-    let t = tensors
-        .get(name)
-        .ok_or_else(|| missing_tensor(file, name, tensors.keys().cloned().collect()))?;
-    check_shape(file, name, t.dims(), expected)?;
+    let t = digits_io::tensor(file, tensors, name, |t| t.dims().to_vec())?;
     t.to_dtype(DType::F32).map_err(|e| e.to_string())
 }
 

@@ -2,9 +2,10 @@
 //! rows (command-line arguments or a CSV file), the shape of the model's weights, and how
 //! an error ends the program (a message on stderr and a non-zero exit status).
 
+use std::collections::HashMap;
 use std::fmt::Display;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::exit;
 
 /// Pixels per image (8x8) and classes (the digits 0-9).
@@ -152,24 +153,35 @@ pub fn request() -> Request {
     }
 }
 
-/// An error when a tensor of the weights file does not have the shape the model needs.
-pub fn check_shape(
-    file: &std::path::Path,
+/// The tensor `name` of a weights file read into `tensors`, checked against the shape the
+/// model needs (`shape_of` gives a tensor's shape in the framework at hand): an error names
+/// the file, and what it has when the tensor is missing.
+pub fn tensor<'a, T>(
+    file: &Path,
+    tensors: &'a HashMap<String, T>,
     name: &str,
-    shape: &[usize],
-    expected: &[usize],
-) -> Result<(), String> {
+    shape_of: impl Fn(&T) -> Vec<usize>,
+) -> Result<&'a T, String> {
+    let t = tensors
+        .get(name)
+        .ok_or_else(|| missing_tensor(file, name, tensors.keys().cloned().collect()))?;
+    let expected = TENSORS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .unwrap_or(&[]);
+    let shape = shape_of(t);
     if shape != expected {
         return Err(format!(
             "weights file {:?}: tensor {name} has shape {shape:?}, expected {expected:?}",
             file.display().to_string()
         ));
     }
-    Ok(())
+    Ok(t)
 }
 
 /// The error for a tensor the weights file lacks: which one, and what the file has.
-pub fn missing_tensor(file: &std::path::Path, name: &str, mut have: Vec<String>) -> String {
+fn missing_tensor(file: &Path, name: &str, mut have: Vec<String>) -> String {
     have.sort();
     let want: Vec<&str> = TENSORS.iter().map(|(n, _)| *n).collect();
     format!(

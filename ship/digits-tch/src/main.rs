@@ -6,21 +6,14 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use digits_io::{check_shape, missing_tensor, Request, FEATURES, TENSORS};
+use digits_io::{Request, FEATURES};
 use tch::{Kind, Tensor};
 
 /// One tensor of the weights file, checked against the shape the model needs, as f32.
 fn take(file: &Path, tensors: &HashMap<String, Tensor>, name: &str) -> Result<Tensor, String> {
-    let expected = TENSORS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .unwrap_or(&[]);
-    let t = tensors
-        .get(name)
-        .ok_or_else(|| missing_tensor(file, name, tensors.keys().cloned().collect()))?;
-    let shape: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
-    check_shape(file, name, &shape, expected)?;
+    let t = digits_io::tensor(file, tensors, name, |t| {
+        t.size().iter().map(|&d| d as usize).collect()
+    })?;
     Ok(t.to_kind(Kind::Float))
 }
 
