@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from coursekit.kernel.outputs import MARKER, CellOutputs
+from coursekit.grading.harness import PASS_MIME
+from coursekit.kernel.outputs import ERROR_MIME, MARKER, SHARE_MIME_PREFIX, CellOutputs
 from coursekit.kernel.values import parse_debug, rust_binding
 
 
@@ -86,8 +87,31 @@ def test_markers_become_outputs_in_order():
         stream("stdout", "c\n"),
         ("display_data", {"data": {"text/html": "<b>x</b>"}, "metadata": {}}),
     ]
-    out.translate(*stream("stdout", f"{MARKER}share losses [1.0, 2.0]\n"))
-    assert out.shared == {"losses": "[1.0, 2.0]"}
+
+
+def test_shares_and_returned_errors_come_as_content():
+    """share() and the error a cell returned with `?` come as evcxr content, which arrives
+    before the cell's reply; the harness's proof of a passed test stays in the outputs."""
+    out = CellOutputs()
+    shown = out.translate(*stream("stderr", "invalid digit\n"))
+    result = {
+        "data": {
+            "text/plain": "3",
+            f"{SHARE_MIME_PREFIX}losses": "[1.0, 2.0]",
+            f"{SHARE_MIME_PREFIX}a%20b": '"x\\\\ny"',  # Debug of "x\ny", escaped by the prelude
+            ERROR_MIME: "invalid digit",
+            PASS_MIME: "{}",
+        },
+        "metadata": {},
+    }
+    shown = out.translate("execute_result", result)
+    assert shown == [("execute_result", {"data": {"text/plain": "3", PASS_MIME: "{}"}, "metadata": {}})]
+    assert out.shared == {"losses": "[1.0, 2.0]", "a b": '"x\\ny"'}
+    assert out.outcome("ok", False)["ename"] == "RustError"
+    # A learner's own eprintln!("{}", error) is only stderr.
+    plain = CellOutputs()
+    plain.translate(*stream("stderr", "invalid digit\n"))
+    assert plain.outcome("ok", False) is None
 
 
 def test_panic_becomes_an_error_without_backtrace():
@@ -105,6 +129,33 @@ def test_panic_becomes_an_error_without_backtrace():
     assert error["evalue"] == "assertion `left == right` failed\n  left: 1\n right: 2"
 
 
+def test_a_compile_error_names_the_line_of_the_cell():
+    """evcxr's report starts `╭─[ command_N:1:1 ]` whatever the line; the kernel names the
+    line it quotes. A cell that is not pure ASCII gets no report, only the quoted lines."""
+    grey = "\x1b[38;5;246m"
+    report = [
+        "\x1b[31m[E0382] Error:\x1b[0m borrow of moved value: `v`",
+        f"   {grey}╭\x1b[0m{grey}─\x1b[0m{grey}[\x1b[0m command_4:1:1 {grey}]\x1b[0m",
+        f"   {grey}│\x1b[0m",
+        f" {grey}2 │\x1b[0m let w = v;",
+        " \x1b[38;5;240m  │\x1b[0m         ╰── value moved here",
+        f"   {grey}├\x1b[0m{grey}─\x1b[0m{grey}[\x1b[0m command_4:1:1 {grey}]\x1b[0m",
+        f" {grey}1 │\x1b[0m let v = vec![1];",
+    ]
+    code = 'let v = vec![1];\nlet w = v;\nlet n = 2;\nprintln!("{:?}", v);'
+    out = CellOutputs(code=code)
+    out.translate("error", {"ename": "Error", "evalue": "borrow of moved value: `v`", "traceback": report})
+    shown = out.outcome("error", False)["traceback"]
+    assert "line 2 of your cell" in shown[1] and "line 1 of your cell" in shown[5]
+    assert not any("command_" in line for line in shown) and shown[3] == report[3]
+
+    code = '// café\nfn f() -> String {\n    let x = 1;\n    "é"\n}'
+    quoted = ['    "é"', "\x1b[91m    ^^^\x1b[0m expected `String`, found `&str`", "mismatched types"]
+    out = CellOutputs(code=code)
+    out.translate("error", {"ename": "Error", "evalue": "mismatched types", "traceback": quoted})
+    assert out.outcome("error", False)["traceback"] == ["at line 4 of your cell:"] + quoted
+
+
 def test_evcxr_errors_get_clear_names():
     compile_error = {"ename": "Error", "evalue": "mismatched types", "traceback": ["[E0308] Error", "│ x"]}
     out = CellOutputs()
@@ -120,7 +171,7 @@ def test_evcxr_errors_get_clear_names():
         out.translate("error", exited)
         assert out.outcome("error", interrupted)["ename"] == ename
     out = CellOutputs()
-    out.translate(*stream("stdout", f"{MARKER}error - invalid digit\\n\n"))
+    out.translate("execute_result", {"data": {ERROR_MIME: "invalid digit"}, "metadata": {}})
     assert out.outcome("ok", False) == {
         "ename": "RustError",
         "evalue": "invalid digit",

@@ -1,10 +1,12 @@
 """Turning what evcxr sends into Jupyter outputs that every tool understands.
 
 - Marker lines the prelude prints on stdout (`\\x1ecoursekit KIND ARG BODY`) become
-  stderr streams, display_data or shared values, in the order the cell printed them.
+  stderr streams or display_data, in the order the cell printed them.
+- What the prelude sends as evcxr content (an execute_result of its own MIME types):
+  shared values, and the error that `?` returned from the cell.
 - A panic, which evcxr reports only as stderr text with status "ok" (or, in the course
   kernel, the prelude's panic hook as an execute_result of PANIC_MIME), becomes an error;
-  so does an error that `?` returned from the cell (evcxr prints it to stderr).
+  so does an error that `?` returned from the cell.
 - evcxr's errors (always ename "Error") get names that say what happened.
 """
 
@@ -12,9 +14,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 MARKER = "\x1ecoursekit "
-PANIC_MIME = "application/x-coursekit-panic"  # the prelude's panic hook reports through it
+# What the prelude sends as evcxr "content", which arrives before the cell's reply (stdout
+# lines are relayed from another thread and could come later): the same names in the prelude.
+OWN_MIME = "application/x-coursekit-"
+PANIC_MIME = OWN_MIME + "panic"  # the prelude's panic hook
+ERROR_MIME = OWN_MIME + "error"  # the error a cell returned with `?`
+SHARE_MIME_PREFIX = OWN_MIME + "share+"  # share(name, value): the name follows, %-escaped
+
+
+def _ours(mime: str) -> bool:
+    """Content for this kernel (the harness's proof of a passed test stays in the outputs)."""
+    return mime in (PANIC_MIME, ERROR_MIME) or mime.startswith(SHARE_MIME_PREFIX)
+
+
 _PANIC = re.compile(
     r"thread '[^']*'(?: \(\d+\))? panicked(?: at [^\n]*)?:\n"
     r"(?P<msg>.*?)(?:\nnote: run with `RUST_BACKTRACE|\nstack backtrace:|\Z)",
@@ -35,6 +50,7 @@ def _unescape(body: str) -> str:
 class CellOutputs:
     """Accumulates one Rust cell's outputs and what they say about its outcome."""
 
+    code: str = ""  # the cell's source, to name the line of a compile error
     shared: dict = field(default_factory=dict)
     stderr: str = ""
     errors: list = field(default_factory=list)
@@ -46,11 +62,18 @@ class CellOutputs:
         if msg_type == "error":
             self.errors.append(content)
             return []  # published once the cell is over, with a clear name
-        if msg_type == "execute_result" and PANIC_MIME in content.get("data", {}):
+        if msg_type == "execute_result" and any(_ours(m) for m in content.get("data", {})):
             data = dict(content["data"])
-            text = _unescape(data.pop(PANIC_MIME).strip("\n"))
-            self.stderr += text
-            out = [("stream", {"name": "stderr", "text": text})]
+            out = []
+            for mime in [m for m in data if _ours(m)]:
+                body = _unescape(data.pop(mime).strip("\n"))
+                if mime == PANIC_MIME:
+                    self.stderr += body
+                    out.append(("stream", {"name": "stderr", "text": body}))
+                elif mime == ERROR_MIME:  # already shown: its eprintln! line came as stderr
+                    self.returned_error = body.strip()
+                elif mime.startswith(SHARE_MIME_PREFIX):
+                    self.shared[unquote(mime.removeprefix(SHARE_MIME_PREFIX))] = body
             return out + [(msg_type, dict(content, data=data))] if data else out
         if msg_type != "stream":
             return [(msg_type, content)]
@@ -92,15 +115,11 @@ class CellOutputs:
             kind, _, rest = rest.rstrip("\n").partition(" ")
             arg, _, body = rest.partition(" ")
             body = _unescape(body)
-            if kind in ("stderr", "error"):
+            if kind == "stderr":
                 self.stderr += body
                 stream("stderr", body)
-                if kind == "error":
-                    self.returned_error = body.strip()
             elif kind == "display":
                 out.append(("display_data", {"data": {arg: body}, "metadata": {}}))
-            elif kind == "share":
-                self.shared[arg] = body
         return out
 
     def outcome(self, reply_status: str, interrupted: bool) -> dict | None:
@@ -114,6 +133,8 @@ class CellOutputs:
                 return _error("RustProcessExited", f"{evalue.strip()}: {LOST}", traceback)
             if any(_is_compile_error(e) for e in self.errors):
                 messages = "; ".join(e.get("evalue", "").strip() for e in self.errors)
+                reports = (_located(e.get("traceback", []), self.code) for e in self.errors)
+                traceback = [line for report in reports for line in report]
                 return _error("CompileError", messages, traceback)
             return _error("EvcxrError", evalue.strip(), traceback)
         panic = _PANIC.search(self.stderr)
@@ -142,6 +163,34 @@ LOST = "the Rust process restarted and all Rust variables were lost (items such 
 def _is_compile_error(error: dict) -> bool:
     # Compiler diagnostics come with a source report (several traceback lines).
     return len(error.get("traceback", [])) > 1 or "error[" in "".join(error.get("traceback", []))
+
+
+# evcxr's report of a compile error opens with `╭─[ command_N:1:1 ]`, the start of the cell,
+# whatever line the error is on; the lines it quotes carry their numbers in the gutter.
+_HEADER = re.compile(r"command_\d+:1:1")
+_GUTTER = re.compile(r"^\s*(\d+)\s*│")
+
+
+def _located(traceback: list[str], code: str) -> list[str]:
+    """A compile error's report, saying on which line of the cell each part of it is."""
+    plain = [ANSI.sub("", line) for line in traceback]
+    headers = [i for i, line in enumerate(plain) if _HEADER.search(line)]
+    if headers:
+        located = list(traceback)
+        for i in headers:
+            numbers = (_GUTTER.match(line) for line in plain[i + 1 :])
+            line_no = next((m.group(1) for m in numbers if m), None)
+            located[i] = _HEADER.sub(f"line {line_no} of your cell" if line_no else "your cell", located[i])
+        return located
+    # Cells that are not pure ASCII get no report: evcxr quotes the source lines instead.
+    lines = code.split("\n")
+    quoted = next((line for line in plain if line.strip() and line in lines), None)
+    if quoted is not None and lines.count(quoted) == 1:
+        return [f"at line {lines.index(quoted) + 1} of your cell:"] + traceback
+    return traceback
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _error(ename: str, evalue: str, traceback: list[str]) -> dict:

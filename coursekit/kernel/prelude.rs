@@ -7,12 +7,17 @@ use coursekit_prelude::{catch_panic, display_html, display_png, display_svg, sha
 // after evcxr restarted the process that runs the cells).
 coursekit_prelude::install_panic_hook();
 
-// evcxr reports an error that `?` returned from a cell with `eprintln!("{}", error)` in its
-// generated code: that one exact form is marked as the cell's error.
+// evcxr reports an error that `?` returned from a cell with generated code:
+// `eprintln!("{}", error);` then `println!("{}", evcxr_internal_runtime::USER_ERROR_OCCURRED);`,
+// a line only evcxr's code prints. That second line marks the last `eprintln!` line as the
+// cell's error; a learner's own `eprintln!("{}", error)` stays plain stderr.
 #[allow(unused_macros)]
-macro_rules! coursekit_eprint_ident {
-    ($f:literal, error, $v:ident) => { coursekit_prelude::emit("error", "-", &format!(concat!($f, "\n"), $v)) };
-    ($f:literal, $other:ident, $v:ident) => { coursekit_prelude::emit("stderr", "-", &format!(concat!($f, "\n"), $v)) };
+macro_rules! println {
+    ("{}", evcxr_internal_runtime::USER_ERROR_OCCURRED) => {{
+        coursekit_prelude::returned_error();
+        ::std::println!("{}", evcxr_internal_runtime::USER_ERROR_OCCURRED)
+    }};
+    ($($arg:tt)*) => { ::std::println!($($arg)*) };
 }
 
 // eprint!/eprintln! go through the same ordered channel as println! and come out as stderr.
@@ -22,9 +27,6 @@ macro_rules! eprint {
 }
 #[allow(unused_macros)]
 macro_rules! eprintln {
-    ("{}", $e:ident) => { coursekit_eprint_ident!("{}", $e, $e) };
-    ("{:?}", $e:ident) => { coursekit_eprint_ident!("{:?}", $e, $e) };
-    ("{:#?}", $e:ident) => { coursekit_eprint_ident!("{:#?}", $e, $e) };
-    () => { coursekit_prelude::emit("stderr", "-", "\n") };
-    ($($arg:tt)*) => { coursekit_prelude::emit("stderr", "-", &format!("{}\n", format!($($arg)*))) };
+    () => { coursekit_prelude::eprint_line("") };
+    ($($arg:tt)*) => { coursekit_prelude::eprint_line(&format!($($arg)*)) };
 }

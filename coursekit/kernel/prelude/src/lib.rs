@@ -20,7 +20,38 @@ fn escape(body: &str) -> String {
 
 /// Make `value` available to `%%python` cells as `rust.<name>` (or `rust["name"]`).
 pub fn share<T: std::fmt::Debug + ?Sized>(name: &str, value: &T) {
-    emit("share", name, &format!("{value:?}"));
+    // as content, which evcxr collects before it says the cell is done; one MIME type per
+    // name, so a second share of a name replaces the first
+    let name = name.replace('%', "%25").replace(' ', "%20").replace('\n', "%0A");
+    content(&format!("{SHARE_MIME_PREFIX}{name}"), &format!("{value:?}"));
+}
+
+/// The MIME type of a shared value is this prefix and the value's name (`%`-escaped).
+#[doc(hidden)]
+pub const SHARE_MIME_PREFIX: &str = "application/x-coursekit-share+";
+
+/// The MIME type under which the error a cell returned with `?` reaches the kernel.
+#[doc(hidden)]
+pub const ERROR_MIME: &str = "application/x-coursekit-error";
+
+thread_local! {
+    static LAST_STDERR_LINE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// `eprintln!`: a line on stderr, remembered in case evcxr's code says it was the error
+/// the cell returned with `?` (see `returned_error`).
+#[doc(hidden)]
+pub fn eprint_line(text: &str) {
+    emit("stderr", "-", &format!("{text}\n"));
+    LAST_STDERR_LINE.with(|l| *l.borrow_mut() = text.to_string());
+}
+
+/// Called by evcxr's generated code (through the prelude's `println!`) right after it
+/// printed the error a cell returned with `?`: report that line as the cell's error.
+#[doc(hidden)]
+pub fn returned_error() {
+    let text = LAST_STDERR_LINE.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    content(ERROR_MIME, &text);
 }
 
 /// The MIME type under which a panic's report reaches the kernel.
