@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import re
+import subprocess
+import sys
 import time
 
 import psutil
@@ -102,6 +104,30 @@ def test_question_mark_error_is_an_error(kernel):
     assert "invalid digit" in reply["evalue"]
 
 
+def test_a_learners_own_eprintln_of_an_error_is_not_the_cells_error(kernel):
+    reply, outputs = kernel.run(
+        'let r: Result<i32, String> = Err("bad input".to_string());\n'
+        'match r { Ok(v) => println!("{v}"), Err(error) => eprintln!("{}", error) }'
+    )
+    assert reply["status"] == "ok", outputs
+    assert ("stderr", "bad input\n") in streams(outputs)
+
+
+def test_shares_arrive_under_cpu_load(kernel):
+    """share() travels with the cell's result, not on stdout, so none is late or lost."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        reply, _ = kernel.run('for i in 0..40 { share(&format!("v{i}"), &i); }\nshare("last one", &"done");')
+        assert reply["status"] == "ok"
+        out = kernel.stdout(
+            "%%python\nprint([rust[f'v{i}'] for i in range(40)] == list(range(40)), rust['last one'])"
+        )
+    finally:
+        for b in burners:
+            b.kill()
+    assert out == "True done\n"
+
+
 def test_python_exception(kernel):
     reply, outputs = kernel.run("%%python\n{}['missing']")
     assert reply["status"] == "error" and reply["ename"] == "KeyError"
@@ -143,8 +169,12 @@ def test_evcxr_crash_restarts_the_child():
 
 
 def _interrupt_latency(session: KernelSession, code: str) -> tuple[float, dict]:
+    """Run `code`, which prints "looping" and loops; interrupt once it printed that."""
     msg_id = session.kc.execute(code)
-    time.sleep(2)  # let it compile and start looping
+    while True:  # compiled and looping, however busy the machine is
+        msg = session.kc.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") == msg_id and "looping" in msg["content"].get("text", ""):
+            break
     started = time.monotonic()
     session.km.interrupt_kernel()
     reply = session.reply(msg_id, timeout=30)
@@ -154,7 +184,9 @@ def _interrupt_latency(session: KernelSession, code: str) -> tuple[float, dict]:
 def test_interrupt_stops_a_rust_loop_within_2s(kernel):
     kernel.drain_iopub()
     kernel.run("let survivor = 1;")
-    latency, reply = _interrupt_latency(kernel, "let mut n = 0u64; loop { n = n.wrapping_add(1); }")
+    latency, reply = _interrupt_latency(
+        kernel, 'println!("looping");\nlet mut n = 0u64;\nloop { n = n.wrapping_add(1); }'
+    )
     assert reply["ename"] == "KeyboardInterrupt"
     assert latency < 2.0, latency
     assert kernel.stdout('println!("still running");') == "still running\n"
@@ -162,7 +194,8 @@ def test_interrupt_stops_a_rust_loop_within_2s(kernel):
 
 def test_interrupt_stops_a_python_loop_within_2s(kernel):
     kernel.drain_iopub()
-    latency, reply = _interrupt_latency(kernel, "%%python\nwhile True:\n    pass")
+    code = "%%python\nprint('looping', flush=True)\nwhile True:\n    pass"
+    latency, reply = _interrupt_latency(kernel, code)
     assert reply["ename"] == "KeyboardInterrupt"
     assert latency < 2.0, latency
 
@@ -171,20 +204,28 @@ def _descendants(session: KernelSession) -> list[psutil.Process]:
     return psutil.Process(session.km.provisioner.pid).children(recursive=True)
 
 
+def _survivors(processes: list[psutil.Process], within: float = 15) -> list[psutil.Process]:
+    """Those of `processes` still alive after `within` seconds (polled: a busy machine is slow)."""
+    deadline = time.monotonic() + within
+    while True:
+        alive = [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
 def test_shutdown_and_restart_leave_no_orphans():
     session = KernelSession()
     session.run("let x = 1;")
     before = _descendants(session)
     assert any(p.name().startswith("evcxr") for p in before)
     session.km.restart_kernel(now=False)
-    time.sleep(1)
-    assert [p for p in before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert _survivors(before) == []
     session.kc.wait_for_ready(timeout=120)
     session.run("let y = 2;")
     after = _descendants(session) + [psutil.Process(session.km.provisioner.pid)]
     session.close()
-    time.sleep(1)
-    assert [p for p in after if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert _survivors(after) == []
 
 
 def test_python_cells_do_not_wait_for_evcxr():
@@ -288,5 +329,56 @@ def test_warm_up_loads_the_notebooks_crates_in_the_background(tmp_path):
         assert time.monotonic() - started < 3, "the :dep cell should find the crate already loaded"
         assert session.stdout('println!("{}", anyhow::anyhow!("loaded"));') == "loaded\n"
         assert session.run("coursekit_warm_up")[0]["ename"] == "CompileError"
+    finally:
+        session.close()
+
+
+def _interrupted_while_queued(session: KernelSession) -> dict:
+    """Send a Rust cell that would run 30 s, interrupt it at once; its reply."""
+    msg_id = session.kc.execute('std::thread::sleep(std::time::Duration::from_secs(30));\nprintln!("ran");')
+    while True:  # the kernel has taken the request
+        msg = session.kc.get_iopub_msg(timeout=60)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["content"].get("execution_state") == "busy":
+            break
+    time.sleep(0.2)
+    session.km.interrupt_kernel()
+    started = time.monotonic()
+    reply = session.reply(msg_id, timeout=60)
+    assert time.monotonic() - started < 5, "the interrupt was not honoured at once"
+    return reply
+
+
+def test_interrupt_while_evcxr_starts_stops_the_cell():
+    session = KernelSession()
+    try:
+        assert session.stdout("%%python\nprint(get_ipython().kernel.rust.ready.done())") == "False\n"
+        reply = _interrupted_while_queued(session)
+        assert reply["ename"] == "KeyboardInterrupt" and "before it ran" in reply["evalue"], reply
+        assert session.stdout('println!("alive");') == "alive\n"
+    finally:
+        session.close()
+
+
+def test_interrupt_while_the_warm_up_runs_stops_the_queued_cell(tmp_path):
+    """The warm-up is a crate whose build script takes 20 s: a cell interrupted behind it
+    never runs, and the warm-up goes on undisturbed."""
+    import nbformat
+
+    crate = tmp_path / "slow"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text('[package]\nname = "slow"\nversion = "0.1.0"\nedition = "2021"\n')
+    (crate / "build.rs").write_text("fn main() { std::thread::sleep(std::time::Duration::from_secs(20)); }\n")
+    (crate / "src" / "lib.rs").write_text("pub fn answer() -> u32 { 42 }\n")
+    dep = f':dep slow = {{ path = "{crate}" }}'
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(dep)])
+    nbformat.write(nb, tmp_path / "lesson.ipynb")
+    session = KernelSession(env={"JPY_SESSION_NAME": str(tmp_path / "lesson.ipynb")})
+    try:
+        session.stdout("%%python\nget_ipython().kernel.rust.ready.result(timeout=600)")
+        assert session.stdout("%%python\nprint(get_ipython().kernel.warmed.done())") == "False\n"
+        reply = _interrupted_while_queued(session)
+        assert reply["ename"] == "KeyboardInterrupt" and "before it ran" in reply["evalue"], reply
+        session.stdout("%%python\nget_ipython().kernel.warmed.result(timeout=600)")
+        assert session.stdout('println!("{}", slow::answer());') == "42\n"
     finally:
         session.close()

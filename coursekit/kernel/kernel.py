@@ -26,6 +26,8 @@ from .evcxr_child import ChildRestarted, EvcxrChild
 from .outputs import LOST, CellOutputs
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
+NOT_RUN = "Rust was still starting or loading the notebook's crates; your variables are kept"
+
 # Graded runs (coursekit grade and check) set these: see _harden and do_execute.
 GRADED = os.environ.get("COURSEKIT_GRADED") == "1"
 ALLOWED_PYTHON = set(filter(None, os.environ.get("COURSEKIT_PYTHON_CELLS", "").split(",")))
@@ -122,7 +124,7 @@ class RustPyTorchKernel(IPythonKernel):
     async def _run_rust(self, code: str, silent: bool) -> dict | None:
         """Run Rust code in evcxr, publishing its outputs; return the error it ended with."""
         parent = self.get_parent("shell")
-        outputs = CellOutputs()
+        outputs = CellOutputs(code=code)
         count = self.shell.execution_count - 1
 
         def emit(msg_type, content):
@@ -135,15 +137,27 @@ class RustPyTorchKernel(IPythonKernel):
                     )
 
         interrupted = False
+        job = self.rust.submit(self.rust.execute, code, emit, silent)
 
         def on_interrupt():
             nonlocal interrupted
             interrupted = True
-            self.rust.interrupt()
+            # A cell still queued (behind evcxr's start or the warm-up) is dropped; only a
+            # running one needs evcxr to stop it.
+            if not job.cancel():
+                self.rust.interrupt()
 
         try:
             with self._on_sigint(on_interrupt):
-                reply = await asyncio.wrap_future(self.rust.submit(self.rust.execute, code, emit, silent))
+                reply = await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            if not job.cancelled():
+                raise
+            return {
+                "ename": "KeyboardInterrupt",
+                "evalue": f"interrupted before it ran: {NOT_RUN}",
+                "traceback": [f"KeyboardInterrupt: interrupted before it ran: {NOT_RUN}"],
+            }
         except ChildRestarted as restarted:
             if restarted.reason == "interrupt" or interrupted:
                 return {
