@@ -63,9 +63,9 @@ def test_exercises_are_what_nbgrader_generates(tmp_path, assignment):
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_exercise_notebook_is_well_formed(path):
-    """At least 4 graded tests, hidden tests, and for every task hints that climb (a nudge,
-    then a stronger one) without giving the answer: no line of the solution appears in them,
-    and no hint appears in the notebook itself."""
+    """At least 4 graded tests, hidden tests, and for every task at least two known-wrong
+    solutions and hints that climb (a nudge, then a stronger one) without giving the answer:
+    no line of the solution appears in them, and no hint appears in the notebook itself."""
     from coursekit.learner.exercises import answer, tasks_of
 
     nb = nbformat.read(path, as_version=4)
@@ -76,8 +76,11 @@ def test_exercise_notebook_is_well_formed(path):
         if cell.cell_type == "code":
             assert "BEGIN SOLUTION" in cell.source, cell.source[:80]
     every_hint = []
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
     for task in tasks_of(path):
         assert len(task.hints) >= 2, f"{task.id}: two levels of hints"
+        wrongs = cells[task.id].metadata.get("coursekit", {}).get("wrong", [])
+        assert len(wrongs) >= 2, f"{task.id}: at least two known-wrong solutions (common mistakes)"
         body = answer(task).splitlines()[1:-1]  # the lines the learner writes
         lines = {re.sub(r"\s+", "", line) for line in body if len(line.strip()) >= 12}
         for hint in task.hints:
@@ -148,8 +151,9 @@ def test_unsolved_and_known_wrong_solutions_fail(tmp_path, path):
                 ran = kernel.run(stubs[gid] if body is None else with_body(cell.source, body), timeout=300)
                 if body is not None and not ran.ok:
                     problems.append(f"{gid}: the wrong solution {why!r} does not run: {ran.error}")
-                if [t for t in tests_of[gid] if judge(t)] == tests_of[gid]:
-                    problems.append(f"{gid}: {why!r} passes the tests")
+                scoring = [t for t in tests_of[gid] if judge(t)]
+                if scoring:  # a wrong answer scores 0 on its task: none of its tests passes
+                    problems.append(f"{gid}: {why!r} passes {scoring}")
             assert kernel.run(cell.source, timeout=300).ok, f"{gid}: the reference solution does not run"
             failing = [t for t in tests_of[gid] if not judge(t)]
             assert not failing, f"{gid}: the reference solution fails {failing}"

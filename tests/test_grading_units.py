@@ -206,3 +206,16 @@ def test_cgroup_v2_controllers_are_enabled_down_to_the_job(tmp_path, monkeypatch
     assert dirs == [root / "coursekit" / "job-1"]
     assert (root / "cgroup.subtree_control").read_text() == "+memory +pids"
     assert (root / "coursekit" / "cgroup.subtree_control").read_text() == "+memory +pids"
+
+
+def test_feedback_shows_the_students_own_error_before_the_failed_tests(tmp_path):
+    """The feedback banner names the answer cell that did not compile, with rustc's report,
+    ahead of the tests it made fail."""
+    sub = grade.Submission("ann", "01_rust", "01_values_moves_clone.ipynb", tmp_path / "x.ipynb")
+    record = grade.Record("ann", "01_rust", "01_values_moves_clone.ipynb", "k", max_score=2)
+    record.tasks = {"test_scale": [0.0, 2.0, "CompileError: cannot find function `scale`"]}
+    record.answers = {"scale": "CompileError: mismatched types\n[E0308] line 3 of your cell <&str>"}
+    grade._feedback(record, None, sub, tmp_path, grade.Settings())
+    html = (tmp_path / "ann" / "01_rust" / "01_values_moves_clone.html").read_text()
+    own, failed = html.index("mismatched types"), html.index("cannot find function")
+    assert own < failed and "line 3 of your cell &lt;&amp;str&gt;" in html

@@ -83,6 +83,53 @@ def test_check_then_progress_next_and_solution(tmp_path):
     assert coursekit("solution", "01_rust/scale", state=state).returncode == 0
 
 
+def with_answers(path, answers: dict[str, str]) -> None:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    nbformat.write(nb, path)
+
+
+@pytest.mark.full
+def test_check_shows_the_real_error_whole_and_names_hidden_tests(tmp_path):
+    """A compile error in the learner's cell is shown (rustc's message, the line of their
+    cell) instead of the test's knock-on errors; a multi-line panic is shown whole; a failure
+    in the hidden part of a test is named as hidden."""
+    mine = tmp_path / "01_rust" / NOTEBOOK
+    mine.parent.mkdir()
+    shutil.copy(ROOT / "solutions" / "01_rust" / NOTEBOOK, mine)
+    with_answers(
+        mine,
+        {
+            "scale": "fn scale(mut t: Tensor, factor: f32) -> Tensor {\n"
+            "    for x in t.data.iter_mut() { *x *= factor; }\n"
+            '    let label: String = "scaled";\n'
+            "    t\n}",
+            # right on the visible case, wrong past the end (split_off panics)
+            "split_batch": "fn split_batch(mut rows: Vec<Vec<f32>>, n_train: usize)"
+            " -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {\n"
+            "    let valid = rows.split_off(n_train);\n    (rows, valid)\n}",
+            "parameter_clone": "#[derive(Debug)]\n"
+            "struct Parameter { value: Vec<f32>, grad: Option<Vec<f32>> }\n"
+            "impl Clone for Parameter {\n    fn clone(&self) -> Self {\n"
+            '        panic!("first line of the message\\nsecond line of the message")\n    }\n}',
+        },
+    )
+    out = coursekit("check", str(mine), state=tmp_path / "state.json").stdout
+    scale, rest = out.split("FAIL split_batch")
+    assert "FAIL scale" in scale and "mismatched types" in scale and "E0308" in scale, out
+    assert "line 3 of your cell" in scale and "command_" not in scale, out
+    assert "cannot find function" not in scale, "the knock-on error of the test, not the cause"
+    split, clone = rest.split("FAIL parameter_clone")
+    assert "hidden test test_split_batch" in split, out
+    assert "first line of the message" in clone and "second line of the message" in clone, out
+    assert "PASS reshape" in out and "1/4 tasks pass" in out
+
+
 def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(tmp_path, monkeypatch, capsys):
     """`coursekit watch`: a save that changes only outputs does not check again; a save that
     changes code does, and reports only the tasks whose verdict or report changed."""

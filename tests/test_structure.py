@@ -252,3 +252,26 @@ def test_answer_cells_can_run_again(path):
         assert not (first and first.group(1) == "impl"), (
             f"{nbgrader_meta(cell)['grade_id']} starts with an impl"
         )
+
+
+def _part(path) -> str:
+    return path.relative_to(ROOT).parts[1][:2]  # course/02_tensors/… -> "02"
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_tasks_use_only_what_the_lessons_show(path):
+    """Every method a reference solution calls appears in a lesson of its part or an earlier
+    one, or in the cheat-sheet the lessons link: no task needs an API the course never shows."""
+    from coursekit.grading.harness import nbgrader_meta
+
+    shown = (ROOT / "course" / "02_tensors" / "cheatsheet.md").read_text()
+    for lesson in sorted((ROOT / "course").glob("*/*.ipynb")):
+        if _part(lesson) <= _part(path):
+            shown += "\n".join(c.source for c in nbformat.read(lesson, as_version=4).cells)
+    missing = set()
+    for cell in nbformat.read(path, as_version=4).cells:
+        for body in re.findall(r"BEGIN SOLUTION(.*?)END SOLUTION", cell.source, re.S):
+            for name in re.findall(r"\.(\w+)\s*(?:::<[^>]*>)?\(", body):
+                if not re.search(rf"\b{name}\b", shown):
+                    missing.add(f"{nbgrader_meta(cell).get('grade_id')}: .{name}(…)")
+    assert not missing, f"not shown by any lesson up to this part: {sorted(missing)}"

@@ -51,6 +51,7 @@ import nbformat
 
 from .. import pins
 from ..content.notebooks import split_python
+from ..kernel.outputs import ANSI
 from ..pins import ROOT
 from ..setup import slots
 from . import harness, sandbox, submission
@@ -325,20 +326,18 @@ def _messages(nb: nbformat.NotebookNode) -> dict[str, str]:
     return found
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def _answer_errors(nb: nbformat.NotebookNode) -> dict[str, str]:
-    """grade_id -> the first error of each answer cell (a compile error shows its lines)."""
+    """grade_id -> the first error of each answer cell (a compile error with rustc's report,
+    which names the line of the cell)."""
     found = {}
     for cell in nb.cells:
         nbg = harness.nbgrader_meta(cell)
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         if nbg.get("solution") and errors:
             error = errors[0]
-            detail = "\n".join(ANSI.sub("", line) for line in error.get("traceback", [])[1:])
-            found[nbg["grade_id"]] = f"{error.get('ename')}: {error.get('evalue')}" + (
-                f"\n{detail}" if detail else ""
+            report = error.get("traceback", []) if error.get("ename") == "CompileError" else []
+            found[nbg["grade_id"]] = "\n".join(
+                [f"{error.get('ename')}: {error.get('evalue')}"] + [ANSI.sub("", line) for line in report]
             )
     return found
 
@@ -540,6 +539,10 @@ def _feedback(record, course, sub, feedback_dir, settings, released=None) -> Non
     if record.flags:
         flags = "".join(f"<li>{_escape(f)}</li>" for f in record.flags)
         banner += f"<div class='coursekit-flags'><b>For your instructor's review:</b><ul>{flags}</ul></div>"
+    if record.answers:  # the cause comes before the tests' knock-on failures
+        own = "".join(f"<li>{_escape(a)}:<pre>{_escape(e)}</pre></li>" for a, e in record.answers.items())
+        title = "<b>Your code that did not compile or run:</b>"
+        banner += f"<div class='coursekit-answers'>{title}<ul>{own}</ul></div>"
     failed = [
         f"<li>{_escape(t)}: {_escape(m or 'failed')}</li>" for t, (s, mx, m) in record.tasks.items() if s < mx
     ]
