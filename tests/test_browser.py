@@ -1,10 +1,11 @@
 """JupyterLab in headless Chromium (issue: real-browser acceptance).
 
 The server is started exactly as `make lab` starts it (`python -m coursekit lab`). In the
-welcome notebook the test clears the outputs, runs a Rust cell and a `%%python` cell and
-sees both outputs; then, in a copy of an exercise, it types the solutions and clicks
-nbgrader's Validate button. COURSEKIT_SCREENSHOTS=1 refreshes the README's screenshots
-(docs/screenshots/); otherwise they go to the test's temporary folder.
+welcome notebook the test clears the outputs, runs a Rust cell and a `%%python` cell, sees
+both outputs, and closes the notebook, which shuts its kernel down; then, in a copy of an
+exercise, it types the solutions and clicks nbgrader's Validate button.
+COURSEKIT_SCREENSHOTS=1 refreshes the README's screenshots (docs/screenshots/); otherwise
+they go to the test's temporary folder.
 """
 
 from __future__ import annotations
@@ -123,6 +124,20 @@ def test_welcome_notebook_runs_rust_and_python_cells(lab):
     assert rust.locator(".jp-OutputArea-output", has_text="2.5").count() == 2  # println and the value
     rust.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "welcome.png"))
+
+    # Closing the notebook shuts its kernel down (the course's JupyterLab settings): a Rust
+    # kernel left running holds gigabytes, which Binder and laptops do not have to spare.
+    def kernels() -> list:
+        return page.request.get(f"{base}/api/kernels?token={TOKEN}").json()
+
+    assert kernels(), "the notebook's kernel is running"
+    page.get_by_role("menuitem", name="File").click()
+    page.get_by_text("Close Tab", exact=True).click()
+    page.get_by_role("button", name="Discard").click()  # the cleared outputs are not saved
+    deadline = time.monotonic() + 60
+    while kernels() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not kernels(), "closing the notebook left its kernel running"
     assert (ROOT / "course" / "00_welcome.ipynb").read_bytes() == before, (
         "the test must not save the notebook"
     )

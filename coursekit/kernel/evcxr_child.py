@@ -2,7 +2,8 @@
 
 It runs as a child process in its own process group, driven by a blocking client from
 one worker thread. The child dies with its parent (PR_SET_PDEATHSIG), and shutdown kills
-its whole process group, so no evcxr, cargo or rustc process outlives the kernel.
+its whole process group, so no evcxr, cargo or rustc process outlives the kernel (on
+Linux; elsewhere only a shutdown, not a crash of the kernel, takes them down).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class ChildRestarted(Exception):
 
 
 def _die_with_parent():  # runs in the child between fork and exec
+    if sys.platform != "linux":  # no prctl (macOS): shutdown() still kills the process group
+        return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 

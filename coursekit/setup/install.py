@@ -224,11 +224,13 @@ def write_kernelspecs(evcxr: Path, std_sources: Path) -> None:
 
 
 def write_lab_settings() -> None:
-    """JupyterLab defaults for the course: no news pop-up, no update check."""
+    """JupyterLab defaults for the course: no news pop-up, no update check, and closing a
+    notebook shuts its kernel down (a Rust kernel holds its compiler and analyzer: 1-3 GiB)."""
     d = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings"
     d.mkdir(parents=True, exist_ok=True)
     overrides = {
-        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}
+        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/notebook-extension:tracker": {"kernelShutdown": True},
     }
     (d / "overrides.json").write_text(json.dumps(overrides, indent=1) + "\n")
 
