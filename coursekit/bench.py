@@ -7,6 +7,7 @@ after opening a notebook and the median latency of small cells. Then the overhea
 rust-pytorch kernel over the bare evcxr kernel on the same Rust cells, and the course's
 settings against evcxr's defaults. `--setup` also times the whole set-up on a fresh HOME;
 `--only PART` measures one part again and keeps the other figures of the results file.
+The time per test module of the last whole `make test` (tests/conftest.py) is copied in.
 """
 
 from __future__ import annotations
@@ -263,7 +264,9 @@ def machine() -> str:
     )
 
 
-def write_results(frameworks: dict, overhead: dict, grading: dict | None, setup_s: float | None) -> Path:
+def write_results(
+    frameworks: dict, overhead: dict, grading: dict | None, setup_s: float | None, tests: dict | None = None
+) -> Path:
     out = ROOT / "bench" / "results.md"
     out.parent.mkdir(exist_ok=True)
     lines = [
@@ -347,6 +350,20 @@ def write_results(frameworks: dict, overhead: dict, grading: dict | None, setup_
             f"`make setup` on a fresh clone with a fresh HOME (no pip, cargo, evcxr or ccache "
             f"caches; Debian packages already installed): {setup_s / 60:.1f} min.",
         ]
+    if tests:
+        lines += [
+            "",
+            "## Test suite: time per module",
+            "",
+            f"The last whole `make test` here ({tests['finished']}): {tests['wall_s'] / 60:.1f} min of wall "
+            f"time on {tests['workers']} workers, {tests['passed']} passed, {tests['failed']} failed. "
+            "Seconds summed over each module's tests (set-up and teardown included); recorded by "
+            "tests/conftest.py at the end of every whole run, copied here by `make bench`.",
+            "",
+            "| module | seconds |",
+            "|---|---|",
+            *(f"| `{m}` | {s:.0f} |" for m, s in tests["modules"].items() if s >= 1),
+        ]
     out.write_text("\n".join(lines) + "\n")
     (out.with_suffix(".json")).write_text(
         json.dumps(
@@ -356,6 +373,7 @@ def write_results(frameworks: dict, overhead: dict, grading: dict | None, setup_
                 "kernel_overhead": overhead,
                 "grading": grading,
                 "setup_s": setup_s,
+                "tests": tests,
             },
             indent=1,
         )
@@ -394,6 +412,10 @@ def bench(
             print("[bench] grading throughput ...", flush=True)
             grading = bench_grading(scratch)
         setup_s = bench_setup(scratch) if with_setup else previous.get("setup_s")
-        return write_results(rows, overhead, grading, setup_s)
+        try:  # the last whole test run (tests/conftest.py)
+            tests = json.loads((ROOT / ".coursekit" / "test-times.json").read_text())
+        except (OSError, ValueError):
+            tests = previous.get("tests")
+        return write_results(rows, overhead, grading, setup_s, tests)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

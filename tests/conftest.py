@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,40 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if type(item).__name__ == "IPyNbCell":
             item.add_marker(pytest.mark.full)
+
+
+# -- time per test module: printed at the end, and kept for `make bench` (bench/results.md) --
+TIMES = ROOT / ".coursekit" / "test-times.json"
+_module_s: dict[str, float] = {}
+_started = time.time()
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::")[0]
+    _module_s[module] = _module_s.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if hasattr(config, "workerinput") or not _module_s:
+        return
+    slowest = sorted(_module_s.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", "time per test module (sum over its tests)")
+    for module, seconds in slowest[:30]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {module}")
+    filtered = config.option.markexpr or config.option.keyword
+    if not filtered and config.args == config.getini("testpaths"):  # a whole run stands for the suite
+        stats = terminalreporter.stats
+        TIMES.parent.mkdir(exist_ok=True)
+        TIMES.write_text(
+            json.dumps(
+                {
+                    "finished": time.strftime("%Y-%m-%d %H:%M"),
+                    "wall_s": round(time.time() - _started, 1),
+                    "workers": getattr(config.option, "numprocesses", None) or 1,
+                    "passed": len(stats.get("passed", [])),
+                    "failed": len(stats.get("failed", [])),
+                    "modules": {m: round(s, 1) for m, s in slowest},
+                },
+                indent=1,
+            )
+        )
