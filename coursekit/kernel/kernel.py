@@ -23,7 +23,7 @@ from .. import pins
 from ..content.notebooks import LANGUAGE_INFO, split_python
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
-from .outputs import LOST, CellOutputs
+from .outputs import LOST, CellOutputs, error_output
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
 NOT_RUN = "Rust was still starting or loading the notebook's crates; your variables are kept"
@@ -95,11 +95,7 @@ class RustPyTorchKernel(IPythonKernel):
         if body is None:
             return await self._execute_rust(code, silent, store_history)
         if GRADED and hashlib.sha256(body.encode()).hexdigest() not in ALLOWED_PYTHON:
-            error = {
-                "ename": "RefusedCell",
-                "evalue": "in a graded run, only the exercise's own %%python cells run",
-                "traceback": ["RefusedCell: in a graded run, only the exercise's own %%python cells run"],
-            }
+            error = error_output("RefusedCell", "in a graded run, only the exercise's own %%python cells run")
             return self._fail(error, self.shell.execution_count)
         self._pending_bindings.clear()
         reply = await super().do_execute(
@@ -153,23 +149,11 @@ class RustPyTorchKernel(IPythonKernel):
         except asyncio.CancelledError:
             if not job.cancelled():
                 raise
-            return {
-                "ename": "KeyboardInterrupt",
-                "evalue": f"interrupted before it ran: {NOT_RUN}",
-                "traceback": [f"KeyboardInterrupt: interrupted before it ran: {NOT_RUN}"],
-            }
+            return error_output("KeyboardInterrupt", f"interrupted before it ran: {NOT_RUN}")
         except ChildRestarted as restarted:
             if restarted.reason == "interrupt" or interrupted:
-                return {
-                    "ename": "KeyboardInterrupt",
-                    "evalue": "interrupted: " + LOST,
-                    "traceback": ["KeyboardInterrupt: interrupted: " + LOST],
-                }
-            return {
-                "ename": "EvcxrCrash",
-                "evalue": "evcxr stopped and was restarted: " + LOST,
-                "traceback": ["EvcxrCrash: evcxr stopped and was restarted: " + LOST],
-            }
+                return error_output("KeyboardInterrupt", "interrupted: " + LOST)
+            return error_output("EvcxrCrash", "evcxr stopped and was restarted: " + LOST)
         except Exception as exc:  # evcxr could not start: say why, keep the kernel alive
             return {
                 "ename": type(exc).__name__,

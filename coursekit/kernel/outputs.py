@@ -129,26 +129,26 @@ class CellOutputs:
             traceback = [line for e in self.errors for line in e.get("traceback", [])]
             if "Subprocess terminated" in evalue or "child process" in evalue.lower():
                 if interrupted:
-                    return _error("KeyboardInterrupt", "interrupted: " + LOST, [evalue])
-                return _error("RustProcessExited", f"{evalue.strip()}: {LOST}", traceback)
+                    return error_output("KeyboardInterrupt", "interrupted: " + LOST, [evalue])
+                return error_output("RustProcessExited", f"{evalue.strip()}: {LOST}", traceback)
             if any(_is_compile_error(e) for e in self.errors):
                 messages = "; ".join(e.get("evalue", "").strip() for e in self.errors)
                 reports = (_located(e.get("traceback", []), self.code) for e in self.errors)
                 traceback = [line for report in reports for line in report]
-                return _error("CompileError", messages, traceback)
-            return _error("EvcxrError", evalue.strip(), traceback)
+                return error_output("CompileError", messages, traceback)
+            return error_output("EvcxrError", evalue.strip(), traceback)
         panic = _PANIC.search(self.stderr)
         if panic:
             message = panic.group("msg").strip()
-            return _error("RustPanic", message, ["Rust code panicked: " + message])
+            return error_output("RustPanic", message, ["Rust code panicked: " + message])
         if self.returned_error is not None:
-            return _error(
+            return error_output(
                 "RustError",
                 self.returned_error,
                 ["the cell returned an error with `?`: " + self.returned_error],
             )
         if reply_status == "error":
-            return _error("EvcxrError", "evcxr reported an error without details", [])
+            return error_output("EvcxrError", "evcxr reported an error without details", [])
         return None
 
 
@@ -193,5 +193,6 @@ def _located(traceback: list[str], code: str) -> list[str]:
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _error(ename: str, evalue: str, traceback: list[str]) -> dict:
-    return {"ename": ename, "evalue": evalue, "traceback": traceback or [f"{ename}: {evalue}"]}
+def error_output(ename: str, evalue: str, traceback: list[str] = ()) -> dict:
+    """A Jupyter error; its traceback defaults to the one line `ename: evalue`."""
+    return {"ename": ename, "evalue": evalue, "traceback": list(traceback) or [f"{ename}: {evalue}"]}
