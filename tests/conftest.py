@@ -32,11 +32,21 @@ def pytest_collection_modifyitems(config, items):
 TIMES = ROOT / ".coursekit" / "test-times.json"
 _module_s: dict[str, float] = {}
 _started = time.time()
+_config = None
+
+
+def pytest_configure(config):
+    global _config
+    _config = config
 
 
 def pytest_runtest_logreport(report):
     module = report.nodeid.split("::")[0]
     _module_s[module] = _module_s.get(module, 0.0) + report.duration
+    # A failure is named as it happens: a run stopped by a time limit still says what failed.
+    terminal = _config.pluginmanager.get_plugin("terminalreporter")
+    if report.failed and terminal and not hasattr(_config, "workerinput"):
+        terminal.write_line(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s)")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -93,10 +93,34 @@ def test_exercise_notebook_is_well_formed(path):
         assert not any(h in cell.source for h in every_hint)
 
 
+def shown(cell) -> dict[str, list]:
+    """What nbval compares of a cell's outputs: each stream's text, each MIME type's data but
+    images, an error's name and value (nothing where tagged `nbval-ignore-output`). A passing
+    test's stderr is shown as stdout by the harness, so a test cell's streams count as one."""
+    from coursekit.grading.harness import is_test
+
+    found: dict[str, list] = {}
+    if "nbval-ignore-output" in cell.metadata.get("tags", []):
+        return found
+    for out in cell.outputs:
+        if out.output_type == "stream":
+            name = "stdout" if is_test(cell) else out.name
+            found.setdefault(name, [""])[0] += out.text
+        elif out.output_type == "error":
+            found.setdefault("error", []).append((out.ename, out.evalue))
+        else:
+            for mime, data in out.get("data", {}).items():
+                if not mime.startswith("image/"):
+                    found.setdefault(mime, []).append(data)
+    return found
+
+
 @pytest.mark.full
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_exercise_scores_full_marks_solved(tmp_path, path):
-    """nbgrader's own autograde of the reference solution: every test at full marks."""
+    """nbgrader's own autograde of the reference solution: every test at full marks, and
+    every cell shows the output committed in solutions/ (nbval runs course/ only: this run
+    checks the solutions' outputs, as nbval would)."""
     assignment = path.parent.name
     course = course_copy(tmp_path, assignment, [path])
     dest = course / "submitted" / "solved" / assignment
@@ -116,6 +140,12 @@ def test_exercise_scores_full_marks_solved(tmp_path, path):
         assert solved.max_score > 0
         failed = [g.name for g in solved.grades if g.score != g.max_score]
         assert solved.score == solved.max_score, f"the solution lost points on {failed}"
+    graded = nbformat.read(course / "autograded" / "solved" / assignment / path.name, as_version=4)
+    committed = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    ran = [c for c in graded.cells if c.cell_type == "code"]
+    assert len(ran) == len(committed)
+    for number, (new, old) in enumerate(zip(ran, committed, strict=True), 1):
+        assert shown(new) == shown(old), f"code cell {number}: other outputs than committed:\n{old.source}"
 
 
 @pytest.mark.full
