@@ -141,6 +141,7 @@ def _grade(args) -> int:
             force=args.force,
             retry_errors=args.retry_errors,
             zip_pattern=args.zip_pattern,
+            cluster=args.cluster,
         )
     except InputError as exc:
         print(f"coursekit grade: nothing was graded: {exc}", file=sys.stderr)
@@ -235,6 +236,11 @@ def main(argv: list[str] | None = None) -> None:
     p["grade"].add_argument("--out", default="grading", help="output folder (default: grading/)")
     p["grade"].add_argument("--jobs", type=int, help="parallel jobs (default: the number of cores)")
     p["grade"].add_argument("--no-sandbox", action="store_true", help="trusted notebooks only")
+    p["grade"].add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="grade on the workers of this Dask scheduler (tcp://HOST:8786) instead of here",
+    )
     p["grade"].add_argument("--force", action="store_true", help="regrade everything, changed or not")
     p["grade"].add_argument(
         "--retry-errors",

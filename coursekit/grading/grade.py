@@ -597,6 +597,26 @@ def write_csv(out: Path) -> Path:
 
 
 # -- the batch -------------------------------------------------------------------------------
+class _Local:
+    """Jobs in threads of this process (each job's kernel is its own process)."""
+
+    def __init__(self, jobs: int, work: Path, out: Path):
+        self.pool, self.work, self.templates = ThreadPoolExecutor(jobs), work, Templates(work)
+        self.feedback = out / "feedback"
+
+    def submit(self, sub: Submission, settings: Settings):
+        return self.pool.submit(run_job, sub, self.templates, self.work, settings, self.feedback)
+
+    as_completed = staticmethod(as_completed)
+
+    @staticmethod
+    def result(future, sub: Submission, out: Path) -> Record:
+        return future.result()
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
 def ensure_template_slot(assignments: set[str]) -> None:
     """The sandboxes' build directory: warm for every framework these assignments use."""
     from ..setup.prewarm import is_warm, warm
@@ -638,12 +658,15 @@ def grade(
     retry_errors: bool = False,
     zip_pattern: str | None = None,
     progress: bool = True,
+    cluster: str | None = None,
 ):
-    """Grade every submission under `src` into `out`; return the records of this run."""
+    """Grade every submission under `src` into `out`, in `jobs` parallel jobs here or on the
+    workers of the Dask scheduler at `cluster` (coursekit.grading.cluster); return the
+    records of this run."""
     from tqdm import tqdm
 
     settings = settings or Settings()
-    for warning in preflight(settings):
+    for warning in preflight(settings) if cluster is None else []:
         print(f"[grade] WARNING: {warning}", file=sys.stderr, flush=True)
     src, out = src.resolve(), out.resolve()  # jobs run in other working directories
     out.mkdir(parents=True, exist_ok=True)
@@ -669,20 +692,24 @@ def grade(
         stale = previous is None or previous.get("key") != input_key(sub, settings)
         retry = retry_errors and previous is not None and previous.get("status") == "grader error"
         (todo if force or stale or retry else done).append(sub)
-    if settings.sandboxed and todo:
-        ensure_template_slot({s.assignment for s in todo if s.assignment in assignments})
-    templates = Templates(work)
+    if cluster is None:
+        if settings.sandboxed and todo:
+            ensure_template_slot({s.assignment for s in todo if s.assignment in assignments})
+        runner = _Local(jobs or os.cpu_count() or 1, work, out)
+    else:  # each worker checks its own sandbox and warms its own build directory
+        from .cluster import Cluster
+
+        runner = Cluster(cluster)
     records = []
-    jobs = jobs or os.cpu_count() or 1
     bar = tqdm(
         total=len(todo), unit="notebook", disable=not progress, desc=f"grading ({len(done)} unchanged)"
     )
-    with ThreadPoolExecutor(jobs) as pool, bar:
-        futures = {pool.submit(run_job, s, templates, work, settings, out / "feedback"): s for s in todo}
-        for fut in as_completed(futures):
+    try:
+        futures = {runner.submit(s, settings): s for s in todo}
+        for fut in runner.as_completed(futures):
             sub = futures[fut]
             try:
-                record = fut.result()
+                record = runner.result(fut, sub, out)
             except Exception as exc:  # a fault of the grader itself: record it, go on
                 record = Record(sub.student, sub.assignment, sub.notebook, "", error=f"grader error: {exc!r}")
                 record.status = "grader error"
@@ -694,6 +721,9 @@ def grade(
             )
             records.append(record)
             bar.update()
+    finally:
+        bar.close()
+        runner.close()
     write_csv(out)
     shutil.rmtree(work, ignore_errors=True)
     return records
