@@ -20,12 +20,34 @@ def kernel():
     session.close()
 
 
+# Test modules whose tests share nothing: xdist may spread them over its workers. Every other
+# module (a notebook's cells share a kernel; module fixtures) runs on one worker.
+INDEPENDENT = {"tests/test_exercises.py", "tests/test_cheatsheet.py"}
+# The longest first (measured in whole runs), so that no worker is left with one at the end.
+LONGEST = [
+    "tests/test_grading.py",
+    "tests/test_exercises.py",
+    "course/05_porting/05_benchmarks.ipynb",
+    "course/05_porting/03_burn.ipynb",
+    "tests/test_grading_cluster.py",
+    "tests/test_shipping.py",
+    "course/04_training/05_comparison.ipynb",
+    "course/04_training/03_burn.ipynb",
+]
+
+
 def pytest_collection_modifyitems(config, items):
-    """Notebook cells collected by nbval belong to the full tier, and each notebook runs on
-    one xdist worker (its cells share a kernel)."""
+    """Notebook cells collected by nbval belong to the full tier; each item is put in its
+    module's xdist group unless the module is independent (`--dist loadgroup`), and the
+    longest modules come first."""
     for item in items:
+        module = item.nodeid.split("::")[0]
         if type(item).__name__ == "IPyNbCell":
             item.add_marker(pytest.mark.full)
+        if module not in INDEPENDENT:
+            item.add_marker(pytest.mark.xdist_group(module))
+    rank = {m: i for i, m in enumerate(LONGEST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST)))
 
 
 # -- time per test module: printed at the end, and kept for `make bench` (bench/results.md) --

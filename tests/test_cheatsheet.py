@@ -117,8 +117,7 @@ def test_result_lines_parse():
     assert cheatsheet.compare(row, "burn", {"shape": [1], "values": [-3.0]}) is None
 
 
-# One class per framework: `make test` runs xdist with --dist loadscope, which spreads
-# classes (not the parameters of one function) over the workers.
+# One test per framework, which xdist spreads over its workers (conftest.py: INDEPENDENT).
 class _MatchesPyTorch:
     fw = ""
 

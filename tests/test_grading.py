@@ -236,61 +236,26 @@ def batch(paths: dict) -> dict:
             FULL,
             [],
         ),
-        "network": (
+        # reaching what a submission must not: the network, secrets, the solutions, other
+        # submissions, the grade store (each probe panics, so the task would lose its points)
+        "snooping": (
             with_solution(
                 good,
                 "scale",
                 f'    if std::net::TcpStream::connect("127.0.0.1:{port}").is_ok() '
-                '{ panic!("the network is reachable") }\n' + SCALE,
-            ),
-            FULL,
-            [],
-        ),
-        "read_shadow": (
-            with_solution(
-                good,
-                "scale",
-                '    if let Ok(s) = std::fs::read_to_string("/etc/shadow") { panic!("{s}") }\n' + SCALE,
-            ),
-            FULL,
-            [],
-        ),
-        "env_canary": (
-            with_solution(
-                good,
-                "scale",
+                '{ panic!("the network is reachable") }\n'
+                '    if let Ok(s) = std::fs::read_to_string("/etc/shadow") { panic!("{s}") }\n'
                 '    if std::env::vars().any(|(k, v)| k.contains("CANARY") || v.contains("canary-secret")) '
-                '{ panic!("the grader\'s environment leaked") }\n' + SCALE,
-            ),
-            FULL,
-            [],
-        ),
-        "read_solutions": (
-            with_solution(
-                good,
-                "scale",
-                f'    if std::fs::read_to_string("{SOURCE}").is_ok() '
-                '{ panic!("read the solutions") }\n' + SCALE,
-            ),
-            FULL,
-            [],
-        ),
-        "read_other_student": (
-            with_solution(
-                good,
-                "scale",
-                f'    if std::fs::read_to_string("{others}").is_ok() '
-                '{ panic!("read another submission") }\n' + SCALE,
-            ),
-            FULL,
-            [],
-        ),
-        "read_gradebook": (
-            with_solution(
-                good,
-                "scale",
-                f'    if std::fs::read_to_string("{paths["planted"]}").is_ok() '
-                '{ panic!("read the grade store") }\n' + SCALE,
+                '{ panic!("the grader\'s environment leaked") }\n'
+                + "".join(
+                    f'    if std::fs::read_to_string("{path}").is_ok() {{ panic!("read {what}") }}\n'
+                    for path, what in (
+                        (SOURCE, "the solutions"),
+                        (others, "another submission"),
+                        (paths["planted"], "the grade store"),
+                    )
+                )
+                + SCALE,
             ),
             FULL,
             [],
@@ -541,7 +506,7 @@ def test_retry_errors_regrades_only_grader_errors(graded, tmp_path):
 
 def test_an_interrupted_batch_resumes(tmp_path):
     subs, out = tmp_path / "subs", tmp_path / "out"
-    for student in ("a", "b", "c"):
+    for student in ("a", "b"):
         dest = subs / student / ASSIGNMENT / NOTEBOOK
         dest.parent.mkdir(parents=True)
         dest.write_text(nbformat.writes(solved()))
@@ -559,12 +524,12 @@ def test_an_interrupted_batch_resumes(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     first = {p.parent.parent.name for p in (out / "results").glob("*/*/*.json")}
-    assert 1 <= len(first) < 3
+    assert len(first) == 1
     for p in (out / "results").glob("*/*/*.json"):
         json.loads(p.read_text())  # every record on disk is whole
     result = grade(subs, out, timeout=1800)
     assert result.returncode == 0
-    assert f"graded {3 - len(first)} notebook(s)" in result.stdout
+    assert "graded 1 notebook(s)" in result.stdout
     assert {r["score"] for r in records(out).values()} == {FULL}
     links = [p for p in Path(tempfile.gettempdir()).glob("ck-*") if p.is_symlink()]
     assert not [p for p in links if str(out) in os.readlink(p)], "the killed job's runtime link is left"
@@ -586,7 +551,7 @@ def test_validate_and_check_agree_with_the_grader(graded, tmp_path):
     """nbgrader's Validate (the learner's button) and `coursekit check` run the tests in the
     same harness as the grader: a forged pass fails in all three."""
     subs, out, _, _ = graded
-    for student, passes in (("good", True), ("silent_hook", False), ("fake_asserts", False)):
+    for student, passes in (("good", True), ("fake_asserts", False)):
         nb = subs / student / ASSIGNMENT / NOTEBOOK
         copy_ = tmp_path / student / NOTEBOOK
         copy_.parent.mkdir()

@@ -94,6 +94,7 @@ class Record:
     error: str | None = None  # why the notebook could not be graded (all tasks 0)
     status: str = "ok"  # ok, repaired, submission error, grader error
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)  # where the seconds went (bench/results.md)
 
 
 # -- finding submissions -------------------------------------------------------------------
@@ -401,7 +402,9 @@ def run_job(
         (course / "nbgrader_config.py").write_text(config)
         nbformat.write(repaired, course / "submitted" / NBGRADER_STUDENT / sub.assignment / sub.notebook)
         args = ["autograde", sub.assignment, "--student", NBGRADER_STUDENT, "--force"]
+        record.phases["preparing the job"] = round(time.monotonic() - started, 2)
         result = _watched(course, args, env, job, settings)
+        autograde_s = time.monotonic() - started - record.phases["preparing the job"]
         _read_scores(record, course, sub)
         if not record.tasks:
             record.error = "the notebook could not be run: " + _tail(result.stdout)
@@ -412,12 +415,20 @@ def run_job(
         record.events = sandbox.limit_events(job) + [
             line for line in result.stdout.splitlines() if line.startswith("[stopped:")
         ]
-        with contextlib.suppress(OSError, ValueError):
-            record.events += json.loads(events.read_text())
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            report = json.loads(events.read_text())
+            record.events += report["events"]
+            in_kernel = {f"autograde: {k}": v for k, v in report["seconds"].items()}
+            rest = round(autograde_s - sum(in_kernel.values()), 2)
+            record.phases.update({"autograde: nbgrader itself": rest, **in_kernel})
+        feedback_started = time.monotonic()
         if feedback_dir is not None:
             _feedback(record, course, sub, feedback_dir, settings, released)
+        record.phases["feedback"] = round(time.monotonic() - feedback_started, 2)
     finally:
+        removing = time.monotonic()
         job.remove()
+        record.phases["removing the job"] = round(time.monotonic() - removing, 2)
     if record.status == "ok" and (record.notes or record.error):
         record.status = "submission error" if record.error else "repaired"
     record.seconds = round(time.monotonic() - started, 1)

@@ -106,10 +106,12 @@ class GradedExecute(Execute):
         armed = self._arm(nb)
         self._output_sizes: dict[int, int] = {}
         self.events: list[str] = []
+        self.seconds = {"kernel start": 0.0, "first cell": 0.0, "other cells": 0.0}
         self._run(nb, set(armed))
         self._judge(nb, armed)
-        if os.environ.get("COURSEKIT_EVENTS"):  # the grader's record of what happened
-            Path(os.environ["COURSEKIT_EVENTS"]).write_text(json.dumps(self.events))
+        if os.environ.get("COURSEKIT_EVENTS"):  # the grader's record of what happened, and when
+            report = {"events": self.events, "seconds": {k: round(v, 2) for k, v in self.seconds.items()}}
+            Path(os.environ["COURSEKIT_EVENTS"]).write_text(json.dumps(report))
         return nb, self.resources
 
     def _event(self, nb, index: int, what: str) -> None:
@@ -170,9 +172,11 @@ class GradedExecute(Execute):
             self._replaying = False
             self._current = start
             try:
+                started = time.monotonic()
                 with self.setup_kernel():
                     info = self.wait_for_reply(self.kc.kernel_info())
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
+                    self.seconds["kernel start"] += time.monotonic() - started
                     self._replay(nb, start, skip | tests)
                     for index in range(start, len(nb.cells)):
                         self._current = index
@@ -182,7 +186,12 @@ class GradedExecute(Execute):
                                 _not_run(f"the notebook's {self.notebook_timeout} s were used up")
                             ]
                             continue
+                        started = time.monotonic()
                         self.preprocess_cell(cell, self.resources, index)
+                        if cell.cell_type == "code":
+                            first = not any(self.seconds[k] for k in ("first cell", "other cells"))
+                            took = time.monotonic() - started
+                            self.seconds["first cell" if first else "other cells"] += took
                         start = index + 1
                         lost = [
                             o.get("ename") for o in cell.get("outputs", []) if o.get("ename") in LOST_STATE
