@@ -10,6 +10,7 @@ the user's home); then `coursekit setup` runs the prewarm (setup/prewarm.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -146,6 +147,7 @@ def write_evcxr_config() -> None:
             (d / "init.evcxr").write_text(init)
 
 
+@functools.cache
 def torch_lib_dir() -> Path:
     import torch  # noqa: PLC0415 (slow import, only needed here)
 
@@ -172,7 +174,10 @@ def kernel_env(std_sources: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
         "RUST_SRC_PATH": str(std_sources),
         "EVCXR_CONFIG_DIR": str(evcxr_config_dir(prelude)),
         "COURSEKIT_EVCXR": str(evcxr),
-        "LIBTORCH_USE_PYTORCH": "1",
+        # Any value turns the mode on; torch-sys re-runs its build script only when this value
+        # changes, so naming this environment's torch makes a clone elsewhere rebuild instead of
+        # linking against another (perhaps deleted) environment's libtorch.
+        "LIBTORCH_USE_PYTORCH": str(torch_lib_dir()),
         "LD_LIBRARY_PATH": os.pathsep.join(lib),
         "RUST_BACKTRACE": "0",
         # evcxr sets RUST_BACKTRACE=1 for the code it runs; this keeps error values (anyhow's,

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from .. import pins
 from ..kernel.session import KernelSession
 from . import slots
-from .install import SetupError, evcxr_config_dir
+from .install import SetupError, evcxr_config_dir, torch_lib_dir
 
 STAMP = "coursekit-warm.json"
 CELL_TIMEOUT_S = 3600
@@ -30,7 +30,10 @@ def warm_key(framework: str) -> str:
     prelude = pins.PACKAGE / "kernel" / "prelude"
     sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text(), slots.CARGO_CONFIG]
     sources += [p.read_text() for p in sorted(prelude.rglob("*")) if p.is_file() and "target" not in p.parts]
-    spec = json.dumps([pins.frameworks()[framework], pins.evcxr_version(), rustc, sources], sort_keys=True)
+    libtorch = str(torch_lib_dir()) if framework == "tch" else ""  # torch-sys links against it
+    spec = json.dumps(
+        [pins.frameworks()[framework], pins.evcxr_version(), rustc, sources, libtorch], sort_keys=True
+    )
     return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
