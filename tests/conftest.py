@@ -27,12 +27,14 @@ INDEPENDENT = {"tests/test_exercises.py", "tests/test_cheatsheet.py"}
 LONGEST = [
     "tests/test_grading.py",
     "tests/test_exercises.py",
-    "course/05_porting/05_benchmarks.ipynb",
-    "course/05_porting/03_burn.ipynb",
-    "tests/test_grading_cluster.py",
-    "tests/test_shipping.py",
     "course/04_training/05_comparison.ipynb",
+    "course/05_porting/05_benchmarks.ipynb",
+    "tests/test_progress.py",
+    "course/05_porting/03_burn.ipynb",
+    "course/02_tensors/03_burn.ipynb",
+    "tests/test_shipping.py",
     "course/04_training/03_burn.ipynb",
+    "tests/test_grading_cluster.py",
 ]
 
 
