@@ -104,9 +104,9 @@ def tch_env() -> dict:
     import torch
 
     lib = Path(torch.__file__).parent / "lib"
-    # any value turns the mode on; this one changes with the environment, so that torch-sys
-    # rebuilds for another environment's libtorch (coursekit/setup/install.py)
-    env = dict(os.environ, LIBTORCH_USE_PYTORCH=sys.prefix, VIRTUAL_ENV=sys.prefix)
+    # any value turns the mode on; naming this torch makes torch-sys rebuild for another
+    # environment's libtorch (as the kernels do: coursekit/setup/install.py)
+    env = dict(os.environ, LIBTORCH_USE_PYTORCH=str(lib), VIRTUAL_ENV=sys.prefix)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in [str(lib), env.get("LD_LIBRARY_PATH", "")] if p)
     return env

@@ -124,8 +124,7 @@ class Cluster:
     def result(future, sub: grading.Submission, out: Path) -> grading.Record:
         record, page = future.result()
         if page is not None:
-            dest = out / "feedback" / grading.student_dir(sub.student) / sub.assignment
-            grading._atomic_write(dest / (Path(sub.notebook).stem + ".html"), page)
+            grading._atomic_write(grading.feedback_path(out / "feedback", sub), page)
         return record
 
     def close(self) -> None:

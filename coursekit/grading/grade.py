@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -291,6 +292,7 @@ class Settings:
     show_hidden_tests: bool = False
 
 
+@functools.cache
 def grader_version() -> str:
     """A hash of the kit's code and pins: a new grader regrades everything."""
     files = sorted(
@@ -529,8 +531,12 @@ def _hide_tests(autograded: Path, released: nbformat.NotebookNode) -> None:
     nbformat.write(nb, autograded)
 
 
+def feedback_path(feedback_dir: Path, sub: Submission) -> Path:
+    return feedback_dir / student_dir(sub.student) / sub.assignment / (Path(sub.notebook).stem + ".html")
+
+
 def _feedback(record, course, sub, feedback_dir, settings, released=None) -> None:
-    dest = feedback_dir / student_dir(sub.student) / sub.assignment / (Path(sub.notebook).stem + ".html")
+    dest = feedback_path(feedback_dir, sub)
     dest.parent.mkdir(parents=True, exist_ok=True)
     html = ""
     if course is not None and record.tasks and record.status != "grader error":
