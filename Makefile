@@ -29,10 +29,10 @@ lab: setup
 	$(PY) -m coursekit lab --port $(PORT)
 
 test: setup-tests
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup
+	$(PY) -m pytest -n $(JOBS)
 
 test-fast: setup-tests
-	$(PY) -m pytest -m "not full" -n $(JOBS) --dist loadgroup
+	$(PY) -m pytest -m "not full" -n $(JOBS)
 
 bench: setup-tests
 	$(PY) -m coursekit bench

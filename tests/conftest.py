@@ -21,7 +21,7 @@ def kernel():
 
 
 # Test modules whose tests share nothing: xdist may spread them over its workers. Every other
-# module (a notebook's cells share a kernel; module fixtures) runs on one worker.
+# module (a notebook's cells share a kernel; module fixtures) runs whole on one worker.
 INDEPENDENT = {"tests/test_exercises.py", "tests/test_cheatsheet.py"}
 # The longest first (measured in whole runs), so that no worker is left with one at the end.
 LONGEST = [
@@ -38,18 +38,34 @@ LONGEST = [
 ]
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config, items):
-    """Notebook cells collected by nbval belong to the full tier; each item is put in its
-    module's xdist group unless the module is independent (`--dist loadgroup`), and the
-    longest modules come first."""
+    """Notebook cells collected by nbval belong to the full tier; the longest modules come
+    first."""
     for item in items:
-        module = item.nodeid.split("::")[0]
         if type(item).__name__ == "IPyNbCell":
             item.add_marker(pytest.mark.full)
-        if module not in INDEPENDENT:
-            item.add_marker(pytest.mark.xdist_group(module))
     rank = {m: i for i, m in enumerate(LONGEST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST)))
+    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(LONGEST)))
+
+
+@pytest.hookimpl(optionalhook=True)  # without xdist, no such hook
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n`: a module's tests go to one worker, in collection order (the independent
+    modules' tests one by one). xdist's own `--dist loadgroup` cannot do this under pytest 9,
+    whose node ids no longer take the group suffix it relies on."""
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 (only under xdist)
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module(nodeid)
+            return nodeid if module in INDEPENDENT else module
+
+    config.option.loadscopereorder = False  # keep the longest-first order
+    return ByModule(config, log)
 
 
 # -- time per test module: printed at the end, and kept for `make bench` (bench/results.md) --
@@ -65,7 +81,7 @@ def pytest_configure(config):
 
 
 def pytest_runtest_logreport(report):
-    module = report.nodeid.split("::")[0]
+    module = _module(report.nodeid)
     _module_s[module] = _module_s.get(module, 0.0) + report.duration
     # A failure is named as it happens: a run stopped by a time limit still says what failed.
     terminal = _config.pluginmanager.get_plugin("terminalreporter")

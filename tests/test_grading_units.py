@@ -162,6 +162,27 @@ def test_disk_use_counts_each_file_once_hard_links_included(tmp_path):
     assert sandbox.written_bytes(tmp_path) >= 200_000
 
 
+def test_a_job_shares_the_templates_big_artefacts_but_not_its_past_cells(tmp_path):
+    """The warm step leaves its own cells' libraries in the template (libcode_N.so); a job's
+    evcxr renames its cells onto those names, which must not be read-only mounts (EBUSY)."""
+    deps = tmp_path / "template" / "target" / "debug" / "deps"
+    deps.mkdir(parents=True)
+    big = b"x" * (sandbox.BIG_FILE + 1)
+    for name in ("libburn-0123.rlib", "libcode_5.so", "libctx.so"):
+        (deps / name).write_bytes(big)
+    (deps / "burn-0123.d").write_text("small")
+    job = sandbox.Job.create(tmp_path / "job", tmp_path / "template", sandbox.Limits())
+    try:
+        sandbox.clone_template(job)
+        copied = job.slot / "target" / "debug" / "deps"
+        assert job.readonly_files.read_text().split() == ["target/debug/deps/libburn-0123.rlib"]
+        assert (copied / "libctx.so").stat().st_size == len(big)
+        assert (copied / "burn-0123.d").read_text() == "small"
+        assert not (copied / "libcode_5.so").exists()
+    finally:
+        job.remove()
+
+
 def test_the_sandbox_gets_an_allow_list_of_variables_and_an_unprivileged_user(tmp_path, monkeypatch):
     job = sandbox.Job.create(tmp_path / "job", None, sandbox.Limits())
     try:
