@@ -266,14 +266,17 @@ def _traversable_parents(cmd: list[str]) -> list[str]:
     binds = [cmd[i + 2] for i, arg in enumerate(cmd) if arg in ("--bind", "--ro-bind")]
     binds += [cmd[i + 1] for i, arg in enumerate(cmd) if arg in ("--proc", "--dev")]
 
-    def covered(path: Path) -> bool:
-        return any(path == Path(t) or Path(t) in path.parents for t in binds)
+    targets = {Path(t) for t in binds}  # a job binds hundreds of files: keep this linear
 
-    parents = {p for t in binds for p in Path(t).parents if p != Path("/") and not covered(p)}
+    def covered(path: Path) -> bool:
+        return path in targets or any(a in targets for a in path.parents)
+
+    candidates = {p for t in targets for p in t.parents if p != Path("/")}
+    parents = {p for p in candidates if not covered(p)}
     first = cmd.index("--ro-bind")
     made = [
         arg
-        for p in sorted(parents, key=lambda p: len(p.parts))
+        for p in sorted(parents, key=lambda p: (len(p.parts), str(p)))
         for arg in ("--perms", "0755", "--dir", str(p))
     ]
     return cmd[:first] + made + cmd[first:]
