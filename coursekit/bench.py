@@ -382,9 +382,10 @@ def write_results(
                     f"{g['job_s']:.1f} s = {g['jobs'] * g['nbgrader_s'] / g['students'] / g['job_s']:.2f}×"
                     for g in profiled
                 )
-                + ". Beyond 2× on 2 cores a job must cost less than nbgrader's own run of the "
-                "notebook; the phases above that nbgrader alone does not have (preparing and "
-                "removing the job, feedback, one nbgrader process per job) are that margin.",
+                + f". Beyond {profiled[0]['jobs']}× on {profiled[0]['jobs']} cores a job must cost less "
+                "than nbgrader's own run of the notebook; the phases above that nbgrader alone "
+                "does not have (preparing and removing the job, feedback, one nbgrader process "
+                "per job) are that margin.",
             ]
     if setup_s is not None:
         lines += [
