@@ -23,7 +23,7 @@ def test_repo2docker_uses_binder_files():
     assert '--file "binder/environment.yml"' in dockerfile
     assert "RUN ./binder/postBuild" in dockerfile
     assert 'R2D_ENTRYPOINT="${REPO_DIR}/binder/start"' in dockerfile
-    assert re.search(r"apt-get install .*ccache mold", dockerfile)
+    assert re.search(r"apt-get install .*bubblewrap ccache mold", dockerfile)
 
 
 def test_postbuild_and_start():
