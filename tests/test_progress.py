@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,10 @@ def test_check_then_progress_next_and_solution(tmp_path):
     assert "hint: " not in unsolved.stdout, "a hint only when asked"
     assert "`coursekit hint 01_rust/scale` gives a hint" in unsolved.stdout
     assert "0/4 tasks pass" in unsolved.stdout
+    # while it runs, a line when the kernel has started and one per test, before the verdicts
+    running = unsolved.stdout.split("FAIL scale")[0]
+    assert re.search(r"\[ *\d+ s\] kernel started", running), unsolved.stdout
+    assert re.search(r"\[ *\d+ s\] test_scale failed", running), unsolved.stdout
     scale = exercises.find("01_rust/scale")
     first, second, third = (coursekit("hint", "01_rust/scale", state=state) for _ in range(3))
     assert "hint 1/2" in first.stdout and scale.hints[0] in first.stdout  # a nudge first
@@ -68,6 +73,7 @@ def test_check_then_progress_next_and_solution(tmp_path):
     solved = coursekit("check", str(mine), state=state)
     assert solved.returncode == 0, solved.stdout
     assert "4/4 tasks pass" in solved.stdout and "hint: " not in solved.stdout
+    assert re.search(r"\[ *\d+ s\] test_reshape passed", solved.stdout), solved.stdout
     with_hints = coursekit("check", str(mine), "--hints", state=state)
     assert with_hints.stdout.count("hint: ") == 0, "no hint for tasks that pass"
 

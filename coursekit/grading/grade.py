@@ -44,6 +44,7 @@ import threading
 import time
 import uuid
 import zipfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -357,8 +358,10 @@ def run_job(
     workdir: Path,
     settings: Settings | None = None,
     feedback_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Record:
-    """Grade one submitted notebook; never raises for a bad submission."""
+    """Grade one submitted notebook; never raises for a bad submission. `progress` is told
+    what the harness reports while the notebook runs (the kernel started, each test's verdict)."""
     settings = settings or Settings()
     started = time.monotonic()
     record = Record(sub.student, sub.assignment, sub.notebook, input_key(sub, settings))
@@ -405,7 +408,9 @@ def run_job(
         nbformat.write(repaired, course / "submitted" / NBGRADER_STUDENT / sub.assignment / sub.notebook)
         args = ["autograde", sub.assignment, "--student", NBGRADER_STUDENT, "--force"]
         record.phases["preparing the job"] = round(time.monotonic() - started, 2)
-        result = _watched(course, args, env, job, settings)
+        if progress is not None:
+            env["COURSEKIT_PROGRESS"] = str(job.root / "progress.txt")
+        result = _watched(course, args, env, job, settings, progress)
         autograde_s = time.monotonic() - started - record.phases["preparing the job"]
         _read_scores(record, course, sub)
         if not record.tasks:
@@ -437,13 +442,26 @@ def run_job(
     return record
 
 
-def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, settings: Settings):
-    """Run nbgrader; stop the job when what it can write outgrows the disk limit."""
+def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, settings: Settings, progress=None):
+    """Run nbgrader; stop the job when what it can write outgrows the disk limit; pass on the
+    harness's progress lines."""
     stop = threading.Event()
     killed = []
+    told = 0
+
+    def tell():
+        nonlocal told
+        with contextlib.suppress(OSError):
+            text = Path(env["COURSEKIT_PROGRESS"]).read_text()
+            lines = text[: text.rfind("\n") + 1].splitlines()  # whole lines only
+            for line in lines[told:]:
+                progress(line)
+            told = len(lines)
 
     def watch():
         while not stop.wait(0.5):
+            if progress is not None:
+                tell()
             if sum(sandbox.written_bytes(job.root / d) for d in ("run", "slot")) > settings.limits.disk_bytes:
                 killed.append(True)
                 sandbox.remove_cgroups(job.root.name)
@@ -460,6 +478,8 @@ def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, setting
     finally:
         stop.set()
         watcher.join()
+    if progress is not None:
+        tell()
     if killed:
         result.stdout += (
             f"\n[stopped: the job wrote more than {settings.limits.disk_bytes >> 20} MiB to disk]"

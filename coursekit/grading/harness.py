@@ -107,12 +107,24 @@ class GradedExecute(Execute):
         self._output_sizes: dict[int, int] = {}
         self.events: list[str] = []
         self.seconds = {"kernel start": 0.0, "first cell": 0.0, "other cells": 0.0}
+        self._armed = armed
         self._run(nb, set(armed))
         self._judge(nb, armed)
         if os.environ.get("COURSEKIT_EVENTS"):  # the grader's record of what happened, and when
             report = {"events": self.events, "seconds": {k: round(v, 2) for k, v in self.seconds.items()}}
             Path(os.environ["COURSEKIT_EVENTS"]).write_text(json.dumps(report))
         return nb, self.resources
+
+    def _progress(self, what: str) -> None:
+        """A line for `coursekit check` to show while the notebook runs (COURSEKIT_PROGRESS)."""
+        if os.environ.get("COURSEKIT_PROGRESS"):
+            with open(os.environ["COURSEKIT_PROGRESS"], "a") as f:
+                f.write(what + "\n")
+
+    def _tested(self, nb, index: int) -> None:
+        if index in self._armed:
+            verdict = "passed" if passed(nb.cells[index].outputs, self._armed[index][1]) else "failed"
+            self._progress(f"{nbgrader_meta(nb.cells[index]).get('grade_id', 'test')} {verdict}")
 
     def _event(self, nb, index: int, what: str) -> None:
         gid = nbgrader_meta(nb.cells[index]).get("grade_id")
@@ -177,6 +189,7 @@ class GradedExecute(Execute):
                     info = self.wait_for_reply(self.kc.kernel_info())
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
                     self.seconds["kernel start"] += time.monotonic() - started
+                    self._progress("kernel started")
                     self._replay(nb, start, skip | tests)
                     for index in range(start, len(nb.cells)):
                         self._current = index
@@ -193,6 +206,7 @@ class GradedExecute(Execute):
                             took = time.monotonic() - started
                             self.seconds["first cell" if first else "other cells"] += took
                         start = index + 1
+                        self._tested(nb, index)
                         lost = [
                             o.get("ename") for o in cell.get("outputs", []) if o.get("ename") in LOST_STATE
                         ]

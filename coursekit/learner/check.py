@@ -36,6 +36,12 @@ def verdicts(notebook: Path, hints: bool = False, color: bool = True):
         print(f"{notebook} is not an exercise notebook of this course (exercises/ASSIGNMENT/NAME.ipynb)")
         return None
     print(f"checking {assignment}/{notebook.name} (visible and hidden tests) ...", flush=True)
+    g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
+    started = time.monotonic()
+
+    def progress(line: str) -> None:  # while it runs: the kernel started, each test's verdict
+        print(f"  {d}[{time.monotonic() - started:4.0f} s] {line}{e}", flush=True)
+
     with tempfile.TemporaryDirectory(prefix="coursekit-check-") as work:
         record = run_job(
             Submission("you", assignment, notebook.name, notebook),
@@ -44,8 +50,8 @@ def verdicts(notebook: Path, hints: bool = False, color: bool = True):
             # the learner's own code on their machine: no sandbox, and time for a cold first
             # compile of a framework on one slow CPU
             Settings(sandboxed=False, cell_timeout=CHECK_CELL_TIMEOUT_S),
+            progress=progress,
         )
-    g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
     lines = [f"  {d}note: {note}{e}" for note in record.notes]
     if record.error:
         lines.append(f"  {r}{record.error}{e}")
