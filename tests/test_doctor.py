@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,6 +26,8 @@ def test_doctor_passes_on_a_set_up_machine():
     result = doctor()
     assert result.returncode == 0, result.stdout
     assert "all good" in result.stdout
+    disk = r"note  disk: build directories \d+\.\d GiB, evcxr.s dependency cache \d+\.\d GiB"
+    assert re.search(disk, result.stdout), "doctor reports the caches' sizes"
 
 
 def test_doctor_reports_missing_evcxr_with_fix(tmp_path):
