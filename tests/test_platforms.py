@@ -1,5 +1,6 @@
 """A learner's laptop need not run Linux: the Linux-only calls on the learner's path (the
-kernel, `check`) are guarded. Grading stays Linux-only (bubblewrap, cgroups)."""
+kernel, `check`) are guarded. Grading stays Linux-only (bubblewrap, cgroups) and says so;
+set-up off Debian names no apt command."""
 
 from __future__ import annotations
 
@@ -44,3 +45,26 @@ def test_prctl_on_linux(monkeypatch, libc):
     monkeypatch.setattr(sys, "platform", "linux")
     evcxr_child._die_with_parent()
     assert libc.calls == [(1, 9)]  # PR_SET_PDEATHSIG, SIGKILL
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32"])
+def test_sandboxed_grading_off_linux_stops_with_the_way_out(monkeypatch, platform):
+    from coursekit.grading import grade
+
+    monkeypatch.setattr(sys, "platform", platform)
+    with pytest.raises(grade.InputError, match=f"needs Linux .*not {platform}.*--no-sandbox"):
+        grade.preflight(grade.Settings())
+    assert "trusted notebooks only" in grade.preflight(grade.Settings(sandboxed=False))[0]
+
+
+def test_missing_packages_off_debian_name_no_apt_command(monkeypatch, capsys):
+    from coursekit.setup import install
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    real_which = install.shutil.which
+    monkeypatch.setattr(install.shutil, "which", lambda cmd: None if cmd == "dpkg" else real_which(cmd))
+    install.ensure_system_packages("tests")
+    out = capsys.readouterr().out
+    assert "apt-get" not in out and "Debian" not in out, out
+    assert "bubblewrap is missing" in out and "Linux only" in out
+    assert "mold is missing" in out and "your system's package manager (package `mold`)" in out

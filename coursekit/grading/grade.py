@@ -680,6 +680,11 @@ def preflight(settings: Settings) -> list[str]:
     """Warnings about limits that cannot hold on this machine (printed before grading)."""
     if not settings.sandboxed:
         return ["--no-sandbox: submissions run with your own rights; use it for trusted notebooks only"]
+    if sys.platform != "linux":
+        raise InputError(
+            f"sandboxed grading needs Linux (bubblewrap, namespaces, cgroups), not {sys.platform}: "
+            "grade on a Linux machine, or only trusted notebooks here with --no-sandbox"
+        )
     if not shutil.which("bwrap"):
         raise InputError("bubblewrap (bwrap) is missing: `sudo apt-get install bubblewrap`, or --no-sandbox")
     problem = sandbox.cgroup_problem()

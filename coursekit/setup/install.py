@@ -79,8 +79,15 @@ def apt_install(packages: list[str]) -> list[str]:
 def ensure_system_packages(purpose: str) -> None:
     """The Debian helpers this purpose needs; say how to get the ones that could not be
     installed (each only makes a feature slower or unavailable)."""
+    debian = bool(shutil.which("dpkg"))
     for p in apt_install(PURPOSES[purpose]):
-        log(f"warning: {p} is missing ({APT_PACKAGES[p]}): install it (Debian: `sudo apt-get install {p}`)")
+        if debian:
+            how = f"install it (Debian: `sudo apt-get install {p}`)"
+        elif p == "bubblewrap" and sys.platform != "linux":
+            how = "it exists on Linux only: grade untrusted notebooks on a Linux machine"
+        else:
+            how = f"install it with your system's package manager (package `{p}`)"
+        log(f"warning: {p} is missing ({APT_PACKAGES[p]}): {how}")
 
 
 def ensure_rust_src() -> Path:
