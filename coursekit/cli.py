@@ -166,6 +166,11 @@ def _clean(args) -> int:
         cache = doctor.evcxr_cache()
         removed.append((cache, slots.size(cache)))
         shutil.rmtree(cache, ignore_errors=True)
+    from .learner.check import TEMPLATES
+
+    if TEMPLATES.is_dir():  # rebuilt by the next check in seconds
+        removed.append((TEMPLATES, slots.size(TEMPLATES)))
+        shutil.rmtree(TEMPLATES, ignore_errors=True)
     for log in glob.glob("/tmp/coursekit-evcxr-*.log"):  # left by kernels of older versions
         removed.append((Path(log), os.path.getsize(log)))
         os.unlink(log)

@@ -240,3 +240,31 @@ def test_feedback_shows_the_students_own_error_before_the_failed_tests(tmp_path)
     html = (tmp_path / "ann" / "01_rust" / "01_values_moves_clone.html").read_text()
     own, failed = html.index("mismatched types"), html.index("cannot find function")
     assert own < failed and "line 3 of your cell &lt;&amp;str&gt;" in html
+
+
+def test_checks_reuse_a_released_template_until_what_it_is_made_of_changes(tmp_path, monkeypatch):
+    """`coursekit check` keeps nbgrader's template between runs (one nbgrader process less
+    per check), under a key of the exercise's source, the config and the grader."""
+    source = tmp_path / "source.ipynb"
+    source.write_text("one")
+    monkeypatch.setattr(grade, "source_path", lambda assignment, notebook: source)
+    made = []
+
+    def generate(self, assignment, notebook):
+        d = self.workdir / f"generated-{len(made)}"
+        d.mkdir(parents=True)
+        (d / "gradebook.db").write_text(source.read_text())
+        made.append(d)
+        return d
+
+    monkeypatch.setattr(grade.Templates, "_generate", generate)
+    cache = tmp_path / "cache"
+    first = grade.Templates(tmp_path / "run1", cache=cache).get("01_rust", NB)
+    again = grade.Templates(tmp_path / "run2", cache=cache).get("01_rust", NB)
+    assert first == again and first.parent == cache and len(made) == 1
+    source.write_text("two")  # the instructor changed the exercise
+    changed = grade.Templates(tmp_path / "run3", cache=cache).get("01_rust", NB)
+    assert changed != first and (changed / "gradebook.db").read_text() == "two" and len(made) == 2
+    assert sorted(p.name for p in cache.iterdir()) == sorted([first.name, changed.name]), "no leftovers"
+    batch = grade.Templates(tmp_path / "run4").get("01_rust", NB)  # grading: nothing kept
+    assert batch.parent == tmp_path / "run4" and len(made) == 3

@@ -225,10 +225,12 @@ c.Execute.raise_on_iopub_timeout = False  # a flood of output must not stop the 
 
 
 class Templates:
-    """nbgrader's gradebook for each exercise notebook, generated once per batch."""
+    """nbgrader's gradebook for each exercise notebook, generated once per batch; with
+    `cache`, kept there across runs (`coursekit check`), under a key of what it is made from."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, cache: Path | None = None):
         self.workdir = workdir
+        self.cache = cache
         self.lock = threading.Lock()
         self.built: dict[tuple[str, str], Path] = {}
 
@@ -239,6 +241,28 @@ class Templates:
             return self.built[assignment, notebook]
 
     def _build(self, assignment: str, notebook: str) -> Path:
+        kept = None
+        if self.cache is not None:
+            made_of = hashlib.sha256()
+            for part in (source_path(assignment, notebook), ROOT / "nbgrader_config.py"):
+                made_of.update(part.read_bytes())
+            made_of.update(grader_version().encode())
+            kept = self.cache / f"{assignment}-{Path(notebook).stem}-{made_of.hexdigest()[:16]}"
+            if (kept / "gradebook.db").is_file():
+                return kept
+        d = self._generate(assignment, notebook)
+        if kept is not None:
+            tmp = kept.with_name(f"{kept.name}.{os.getpid()}")
+            try:
+                shutil.copytree(d, tmp)
+                os.rename(tmp, kept)  # whole or not at all
+            except OSError:  # another check made it first (or the disk is full): use ours
+                shutil.rmtree(tmp, ignore_errors=True)
+            if (kept / "gradebook.db").is_file():
+                return kept
+        return d
+
+    def _generate(self, assignment: str, notebook: str) -> Path:
         d = self.workdir / "templates" / assignment / Path(notebook).stem
         shutil.rmtree(d, ignore_errors=True)
         (d / "solutions" / assignment).mkdir(parents=True)

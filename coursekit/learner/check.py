@@ -11,9 +11,11 @@ from pathlib import Path
 import nbformat
 
 from ..grading.grade import Settings, Submission, Templates, run_job
+from ..setup import slots
 from . import exercises, progress
 
 CHECK_CELL_TIMEOUT_S = 900
+TEMPLATES = slots.pool_dir().parent / "check-templates"  # released notebooks, kept between checks
 GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
 
 
@@ -45,7 +47,7 @@ def verdicts(notebook: Path, hints: bool = False, color: bool = True):
     with tempfile.TemporaryDirectory(prefix="coursekit-check-") as work:
         record = run_job(
             Submission("you", assignment, notebook.name, notebook),
-            Templates(Path(work)),
+            Templates(Path(work), cache=TEMPLATES),
             Path(work),
             # the learner's own code on their machine: no sandbox, and time for a cold first
             # compile of a framework on one slow CPU
