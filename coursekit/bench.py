@@ -12,22 +12,24 @@ The time per test module of the last whole `make test` (tests/conftest.py) is co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from datetime import date
 from pathlib import Path
 
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 from . import pins
-from .kernel.evcxr_child import kernels_dir
+from .kernel.evcxr_child import evcxr_spec, kernels_dir
 from .pins import ROOT
 from .setup import slots
 
@@ -58,14 +60,7 @@ class _DefaultsSpec(KernelSpecManager):
     """Bare evcxr_jupyter: its own fresh temporary build directory, no course settings."""
 
     def get_kernel_spec(self, kernel_name, **kwargs):
-        evcxr = _spec_env("rust")["COURSEKIT_EVCXR"]
-        return KernelSpec(
-            argv=[evcxr, "--control_file", "{connection_file}"],
-            language="rust",
-            display_name="evcxr defaults",
-            interrupt_mode="message",
-            resource_dir=kernels_dir(),
-        )
+        return evcxr_spec(_spec_env("rust")["COURSEKIT_EVCXR"], "evcxr defaults", in_slot=False)
 
 
 class Kernel:
@@ -230,6 +225,130 @@ def bench_grading(scratch: Path, assignment: str, notebook: str, students: int) 
     }
 
 
+# Binder's limits (mybinder.org: about 2 GB of memory, 1 CPU), and what a learner runs there: a
+# lesson alone, then the Burn lesson with a `coursekit check` of its exercise beside it.
+BINDER_MEMORY = 2 << 30
+BINDER_RUNS = {
+    "the tch tensor lesson": ["course/02_tensors/01_tch.ipynb"],
+    "the Burn tensor lesson, with `coursekit check` of its exercise beside it": [
+        "course/02_tensors/03_burn.ipynb",
+        "exercises/02_tensors/03_burn.ipynb",
+    ],
+}
+
+
+def _limited_cgroups(name: str) -> list[Path]:
+    """Cgroups (v1 or v2) holding Binder's memory and CPU limits, created for `name`."""
+    from .grading.sandbox import CGROUP, _enable_v2_controllers, _v2
+
+    if _v2():
+        _enable_v2_controllers(CGROUP / "coursekit")
+        d = CGROUP / "coursekit" / name
+        d.mkdir(parents=True)
+        (d / "memory.max").write_text(str(BINDER_MEMORY))
+        (d / "memory.swap.max").write_text("0")
+        with contextlib.suppress(OSError):  # the cpu controller may not be delegated
+            (d / "cpu.max").write_text("100000 100000")
+        return [d]
+    memory, cpu = CGROUP / "memory" / "coursekit" / name, CGROUP / "cpu" / "coursekit" / name
+    for d in (memory, cpu):
+        d.mkdir(parents=True)
+    (memory / "memory.limit_in_bytes").write_text(str(BINDER_MEMORY))
+    with contextlib.suppress(OSError):
+        (memory / "memory.memsw.limit_in_bytes").write_text(str(BINDER_MEMORY))
+    (cpu / "cpu.cfs_period_us").write_text("100000")
+    (cpu / "cpu.cfs_quota_us").write_text("100000")
+    return [memory, cpu]
+
+
+def _cgroup_peak(groups: list[Path]) -> tuple[int, int]:
+    """The memory peak the kernel counted (page cache included) and its OOM kills."""
+    peak, kills = 0, 0
+    for d in groups:
+        for name in ("memory.peak", "memory.max_usage_in_bytes"):
+            with contextlib.suppress(OSError, ValueError):
+                peak = max(peak, int((d / name).read_text()))
+        for name in ("memory.events", "memory.oom_control"):
+            with contextlib.suppress(OSError, ValueError):
+                counters = dict(line.split() for line in (d / name).read_text().splitlines())
+                kills += int(counters.get("oom_kill", 0))
+    return peak, kills
+
+
+def _joining(groups: list[Path]):
+    """A preexec_fn: the child joins `groups` (and its children with it)."""
+
+    def join():
+        for g in groups:
+            (g / "cgroup.procs").write_text(str(os.getpid()))
+
+    return join
+
+
+def bench_binder(scratch: Path) -> dict:
+    """Each of BINDER_RUNS in a cgroup with Binder's limits: did it run, how long, and its
+    memory peak (the cgroup's, page cache included, and the largest sum of its processes' RSS)."""
+    import psutil
+
+    results = {}
+    for label, paths in BINDER_RUNS.items():
+        name = f"bench-binder-{os.getpid()}-{len(results)}"
+        groups = _limited_cgroups(name)
+        procs = []
+        started = time.monotonic()
+        for rel in paths:
+            copy = scratch / "binder" / rel  # a copy: `coursekit run` saves in place
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / rel, copy)
+            verb = "run" if rel.startswith("course/") else "check"
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "coursekit", verb, str(copy)],
+                    cwd=ROOT,
+                    env=dict(os.environ, COURSEKIT_STATE=str(scratch / "binder" / "progress.json")),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    preexec_fn=_joining(groups),
+                )
+            )
+        rss_peak = 0
+        while any(p.poll() is None for p in procs):
+            tree = []
+            for p in procs:
+                with contextlib.suppress(psutil.Error):
+                    root = psutil.Process(p.pid)
+                    tree += [root, *root.children(recursive=True)]
+            rss = 0
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    rss += proc.memory_info().rss
+            rss_peak = max(rss_peak, rss)
+            time.sleep(0.5)
+        seconds = time.monotonic() - started
+        outputs = [p.stdout.read() for p in procs]
+        peak, kills = _cgroup_peak(groups)
+        for g in groups:  # what a kernel left behind goes too
+            with contextlib.suppress(OSError):
+                for pid in (g / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), 9)
+                time.sleep(0.5)
+                g.rmdir()
+        # `check` of an unsolved exercise exits 1 with its verdicts: it ran if it printed them
+        ran = [p.returncode == 0 or "tasks pass" in out for p, out in zip(procs, outputs, strict=True)]
+        results[label] = {
+            "ran": all(ran),
+            "seconds": seconds,
+            "cgroup_peak_bytes": peak,
+            "rss_peak_bytes": rss_peak,
+            "oom_kills": kills,
+            "tail": "" if all(ran) else "\n".join(out[-1500:] for out in outputs),
+        }
+        print(f"[bench] binder: {label}: {results[label]}", flush=True)
+    return results
+
+
 def bench_setup(scratch: Path) -> float:
     """`make setup` in a fresh clone with a fresh HOME (empty pip, cargo and evcxr caches)."""
     clone = scratch / "clone"
@@ -271,24 +390,38 @@ def machine() -> str:
     )
     return (
         f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.platform()}, {pins.rustc_banner()}, "
-        f"evcxr_jupyter {pins.evcxr_version()}, measured {date.today().isoformat()}"
+        f"evcxr_jupyter {pins.evcxr_version()}"
     )
 
 
 def write_results(
-    frameworks: dict, overhead: dict, grading: dict | None, setup_s: float | None, tests: dict | None = None
+    frameworks: dict,
+    overhead: dict,
+    grading: dict | None,
+    setup_s: float | None,
+    tests: dict | None = None,
+    binder: dict | None = None,
+    measured: dict | None = None,
 ) -> Path:
+    measured = measured or {}
+
+    def when(part: str) -> list[str]:
+        return [f"Measured {measured[part]}.", ""] if part in measured else []
+
     out = ROOT / "bench" / "results.md"
     out.parent.mkdir(exist_ok=True)
     lines = [
         "# Benchmark results",
         "",
-        f"Machine: {machine()}.",
-        "Written by `make bench` (`coursekit bench`); every figure below was measured by it. "
+        f"Last run on: {machine()}, {date.today().isoformat()}.",
+        "Written by `make bench` (`coursekit bench`; `--only PART` re-measures one part and keeps "
+        "the others, so each part says when and where it was measured); every figure below was "
+        "measured by it. "
         f"Latencies are medians of {REPEATS} runs, seconds of wall time from execute request to reply.",
         "",
         "## Compile and first cells, per framework",
         "",
+        *when("frameworks"),
         "| framework | cold compile (evcxr defaults) | compile with the dependency cache | "
         "open notebook → first result (warm) | `:dep` cell (warm) | first code cell (warm) | "
         "JupyterLab: background warm-up | JupyterLab: `:dep` cell + first code cell |",
@@ -330,6 +463,7 @@ def write_results(
         "",
         "## Kernel overhead: rust-pytorch vs bare evcxr",
         "",
+        *when("overhead"),
         "| kernel | median cell latency |",
         "|---|---|",
         f"| rust (evcxr alone) | {overhead['rust']:.3f} s |",
@@ -342,6 +476,7 @@ def write_results(
             "",
             "## Grading throughput",
             "",
+            *when("grading"),
             "| batch | grader | time for the batch | submissions per minute |",
             "|---|---|---|---|",
         ]
@@ -387,6 +522,27 @@ def write_results(
                 "does not have (preparing and removing the job, feedback, one nbgrader process "
                 "per job) are that margin.",
             ]
+    if binder:
+        lines += [
+            "",
+            "## Within Binder's limits (2 GiB of memory, 1 CPU)",
+            "",
+            *when("binder"),
+            "| what runs | ran | time | memory peak (cgroup, page cache included) | largest sum of RSS "
+            "| OOM kills |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {label} | {'yes' if r['ran'] else 'NO'} | {r['seconds']:.0f} s | "
+                f"{r['cgroup_peak_bytes'] / 2**30:.2f} GiB | {r['rss_peak_bytes'] / 2**30:.2f} GiB | "
+                f"{r['oom_kills']} |"
+                for label, r in binder.items()
+            ),
+            "",
+            "Each row runs in a cgroup limited to 2 GiB (no swap) and one CPU's time, as "
+            "mybinder.org's pods are, with this machine's warm build directories (Binder's image "
+            "has them too). The check runs while the lesson's kernel is alive, as a learner "
+            "would run it in a terminal beside the open lesson.",
+        ]
     if setup_s is not None:
         lines += [
             "",
@@ -419,6 +575,8 @@ def write_results(
                 "grading": grading,
                 "setup_s": setup_s,
                 "tests": tests,
+                "binder": binder,
+                "measured": measured,
             },
             indent=1,
         )
@@ -427,7 +585,7 @@ def write_results(
     return out
 
 
-PARTS = ("frameworks", "overhead", "grading")  # also the choices of `coursekit bench --only` (cli.py)
+PARTS = ("frameworks", "overhead", "grading", "binder")  # also `coursekit bench --only`'s choices (cli.py)
 
 
 def bench(
@@ -441,6 +599,10 @@ def bench(
     except (OSError, ValueError):
         previous = {}
     scratch = Path(tempfile.mkdtemp(prefix="coursekit-bench-"))
+    measured = dict(previous.get("measured") or {})
+    today = f"{date.today().isoformat()} on {machine()}"
+    for part in parts:
+        measured[part] = today
     try:
         rows = dict(previous.get("frameworks") or {})
         if "frameworks" in parts:
@@ -458,11 +620,15 @@ def bench(
         if "grading" in parts:
             print("[bench] grading throughput ...", flush=True)
             grading = [bench_grading(scratch, *graded) for graded in GRADED]
+        binder = previous.get("binder")
+        if "binder" in parts:
+            print("[bench] within Binder's limits ...", flush=True)
+            binder = bench_binder(scratch)
         setup_s = bench_setup(scratch) if with_setup else previous.get("setup_s")
         try:  # the last whole test run (tests/conftest.py)
             tests = json.loads((ROOT / ".coursekit" / "test-times.json").read_text())
         except (OSError, ValueError):
             tests = previous.get("tests")
-        return write_results(rows, overhead, grading, setup_s, tests)
+        return write_results(rows, overhead, grading, setup_s, tests, binder, measured)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -227,7 +227,10 @@ def main(argv: list[str] | None = None) -> None:
     p["bench"].add_argument("--setup", action="store_true", help="also time a whole set-up on a fresh HOME")
     p["bench"].add_argument("--framework", action="append", help="only these frameworks (repeatable)")
     p["bench"].add_argument(
-        "--only", action="append", choices=["frameworks", "overhead", "grading"], help="only these parts"
+        "--only",
+        action="append",
+        choices=["frameworks", "overhead", "grading", "binder"],
+        help="only these parts",
     )
     p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")
     p["check"].add_argument("--hints", action="store_true", help="show the first hint of each failing task")

@@ -1,0 +1,43 @@
+"""`make bench` without measuring (quick tier): the results page renders from the committed
+figures, and every part can be asked for on its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+from coursekit import bench
+
+
+def test_results_render_from_the_committed_figures(tmp_path, monkeypatch):
+    committed = json.loads((ROOT / "bench" / "results.json").read_text())
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    out = bench.write_results(
+        committed["frameworks"],
+        committed["kernel_overhead"],
+        committed.get("grading"),
+        committed.get("setup_s"),
+        committed.get("tests"),
+        committed.get("binder"),
+        committed.get("measured"),
+    )
+    page = out.read_text()
+    assert "## Compile and first cells, per framework" in page
+    for fw in committed["frameworks"]:
+        assert f"| {fw} |" in page
+    if committed.get("binder"):
+        assert "## Within Binder's limits" in page
+    for part, when in (committed.get("measured") or {}).items():
+        assert f"Measured {when}." in page, part
+    assert json.loads(out.with_suffix(".json").read_text())["frameworks"] == committed["frameworks"]
+
+
+def test_every_part_can_be_measured_alone():
+    usage = subprocess.run(
+        [sys.executable, "-m", "coursekit", "bench", "--help"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    choices = usage.split("--only {")[1].split("}")[0].split(",")
+    assert choices == list(bench.PARTS)
