@@ -47,27 +47,28 @@ def kernels_dir() -> str:
     return os.path.join(sys.prefix, "share", "jupyter", "kernels")
 
 
+def evcxr_argv(evcxr: str, in_slot: bool = True) -> list[str]:
+    """How every evcxr kernel starts (this one's child, the `rust` kernelspec, the bench's
+    bare one): evcxr_jupyter in a warm build directory (coursekit.setup.slots), or in its own."""
+    slot = [sys.executable, "-m", "coursekit.setup.slots", "--"] if in_slot else []
+    return [*slot, evcxr, "--control_file", "{connection_file}"]
+
+
+def evcxr_spec(evcxr: str, display_name: str, in_slot: bool = True) -> KernelSpec:
+    return KernelSpec(
+        argv=evcxr_argv(evcxr, in_slot),
+        language="rust",
+        display_name=display_name,
+        interrupt_mode="message",
+        resource_dir=kernels_dir(),
+    )
+
+
 class _EvcxrSpec(KernelSpecManager):
     """evcxr_jupyter (COURSEKIT_EVCXR), in a warm build directory, with this kernel's env."""
 
     def get_kernel_spec(self, kernel_name, **kwargs):
-        evcxr = os.environ.get("COURSEKIT_EVCXR", "evcxr_jupyter")
-        argv = [
-            sys.executable,
-            "-m",
-            "coursekit.setup.slots",
-            "--",
-            evcxr,
-            "--control_file",
-            "{connection_file}",
-        ]
-        return KernelSpec(
-            argv=argv,
-            language="rust",
-            display_name="evcxr",
-            interrupt_mode="message",
-            resource_dir=kernels_dir(),
-        )
+        return evcxr_spec(os.environ.get("COURSEKIT_EVCXR", "evcxr_jupyter"), "evcxr")
 
 
 class EvcxrChild:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import pins
-from ..kernel.evcxr_child import kernels_dir
+from ..kernel.evcxr_child import evcxr_argv, kernels_dir
 from . import rust_src
 
 # Debian packages by purpose: a learner needs none (`make lab`); the test suite and an
@@ -201,15 +201,7 @@ def write_kernelspecs(evcxr: Path, std_sources: Path) -> None:
     base = Path(kernels_dir())
     specs = {
         "rust": {
-            "argv": [
-                sys.executable,
-                "-m",
-                "coursekit.setup.slots",
-                "--",
-                str(evcxr),
-                "--control_file",
-                "{connection_file}",
-            ],
+            "argv": evcxr_argv(str(evcxr)),
             "display_name": "Rust",
             "language": "rust",
             "interrupt_mode": "message",
