@@ -153,6 +153,108 @@ def bench_framework(fw: str, scratch: Path) -> dict:
     return row
 
 
+BUILDERS = {
+    "cargo",
+    "rustc",
+    "cc",
+    "c++",
+    "cc1",
+    "cc1plus",
+    "as",
+    "ld",
+    "mold",
+    "ld.mold",
+    "ccache",
+    "collect2",
+}
+
+
+class _Sampler:
+    """Samples a kernel's process tree every 50 ms and says, for each moment, what it was
+    doing: cargo and the compilers running, evcxr busy on its own (its embedded
+    rust-analyzer, the crate graph, linking into the runner), the cell's code running, or
+    waiting (messages, start-up of processes)."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.seconds: dict[str, float] = {}
+        self.last: dict[int, float] = {}
+
+    def sample(self, dt: float) -> None:
+        import psutil
+
+        try:
+            tree = self.root.children(recursive=True)
+        except psutil.Error:
+            return
+        names, main, runner = set(), 0.0, 0.0
+        pids = {p.pid: p for p in tree}
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                name, cpu = p.name(), sum(p.cpu_times()[:2])
+                names.add(name.split("-")[0])
+                used = cpu - self.last.get(p.pid, cpu)
+                self.last[p.pid] = cpu
+                if name.startswith("evcxr"):  # evcxr's runner is evcxr_jupyter run by evcxr
+                    parent = pids.get(p.ppid())
+                    if parent is not None and parent.name().startswith("evcxr"):
+                        runner += used
+                    else:
+                        main += used
+        if names & BUILDERS or any(n.startswith("build_script") for n in names):
+            what = "cargo and the compilers"
+        elif runner > 0.3 * dt:
+            what = "the cell's code"
+        elif main > 0.3 * dt:
+            what = "evcxr on its own (rust-analyzer, crate graph, loading the cell)"
+        else:
+            what = "waiting"
+        self.seconds[what] = self.seconds.get(what, 0.0) + dt
+
+
+def bench_startup(fw: str) -> dict:
+    """Kernel start to the first framework cell's result, as the tests and graded runs pay it
+    (no background warm-up), split by what the kernel's processes were doing."""
+    import threading
+
+    from .kernel.session import KernelSession
+
+    started = time.monotonic()
+    session = KernelSession()
+    phases = {"kernel start (Python side, to kernel_info)": time.monotonic() - started}
+    sampler, stop = _Sampler(session.km.provisioner.pid), threading.Event()
+
+    def run():
+        last = time.monotonic()
+        while not stop.wait(0.1):
+            now = time.monotonic()
+            sampler.sample(now - last)
+            last = now
+
+    watcher = threading.Thread(target=run, daemon=True)
+    watcher.start()
+    try:
+        for label, code in (
+            (":dep cell", "\n".join(pins.dep_lines(fw))),
+            ("first cell", pins.frameworks()[fw]["smoke"]),
+        ):
+            sampler.seconds = {}
+            t = time.monotonic()
+            ran = session.run(code, timeout=1800)
+            if not ran.ok:
+                raise RuntimeError(f"{fw} {label} failed: {ran.error}")
+            phases[f"{label}: whole"] = time.monotonic() - t
+            phases.update({f"{label}: {what}": sec for what, sec in sampler.seconds.items()})
+    finally:
+        stop.set()
+        watcher.join()
+        session.close()
+    phases["kernel start to first result"] = time.monotonic() - started
+    return phases
+
+
 def bench_kernel_overhead(rounds: int = 15) -> dict:
     """The same dependency-free cells on both kernels, alternating so that drift in the
     machine's load hits both alike."""
@@ -402,6 +504,7 @@ def write_results(
     tests: dict | None = None,
     binder: dict | None = None,
     measured: dict | None = None,
+    startup: dict | None = None,
 ) -> Path:
     measured = measured or {}
 
@@ -446,6 +549,33 @@ def write_results(
         "`:dep` lines in the background; the learner's cells run once that is done. "
         "Goal: warm first cell ≤ 5 s.",
         "",
+    ]
+    if startup:
+        fws = list(startup)
+        phases = list(dict.fromkeys(p for fw in fws for p in startup[fw]))
+        lines += [
+            "## From kernel start to the first framework cell's result: where the time goes",
+            "",
+            *when("startup"),
+            "| | " + " | ".join(fws) + " |",
+            "|---|" + "---|" * len(fws),
+            *(
+                f"| {phase} | "
+                + " | ".join(f"{startup[fw][phase]:.1f} s" if phase in startup[fw] else "—" for fw in fws)
+                + " |"
+                for phase in phases
+            ),
+            "",
+            "As the tests, `coursekit check` and graded runs pay it: a fresh `rust-pytorch` kernel "
+            "in a warm build directory, no background warm-up, then the notebook's `:dep` cell and "
+            "a first small cell. Each cell's time is split by sampling the kernel's processes every "
+            "0.1 s: cargo or a compiler running; evcxr busy on its own (its embedded "
+            "rust-analyzer reading the crate graph and typing the cell's variables, and loading "
+            "the compiled cell); the runner executing the cell's code; or none of them busy. "
+            "Goal: ≤ 10 s from kernel start to the first result.",
+            "",
+        ]
+    lines += [
         "## Small-cell latency: course settings vs evcxr defaults",
         "",
         "| framework | evcxr defaults | course settings | ratio |",
@@ -576,6 +706,7 @@ def write_results(
                 "setup_s": setup_s,
                 "tests": tests,
                 "binder": binder,
+                "startup": startup,
                 "measured": measured,
             },
             indent=1,
@@ -585,7 +716,13 @@ def write_results(
     return out
 
 
-PARTS = ("frameworks", "overhead", "grading", "binder")  # also `coursekit bench --only`'s choices (cli.py)
+PARTS = (
+    "frameworks",
+    "startup",
+    "overhead",
+    "grading",
+    "binder",
+)  # also `coursekit bench --only`'s choices (cli.py)
 
 
 def bench(
@@ -620,6 +757,11 @@ def bench(
         if "grading" in parts:
             print("[bench] grading throughput ...", flush=True)
             grading = [bench_grading(scratch, *graded) for graded in GRADED]
+        startup = dict(previous.get("startup") or {})
+        if "startup" in parts:
+            for fw in frameworks or list(pins.frameworks()):
+                print(f"[bench] start-up profile: {fw} ...", flush=True)
+                startup[fw] = bench_startup(fw)
         binder = previous.get("binder")
         if "binder" in parts:
             print("[bench] within Binder's limits ...", flush=True)
@@ -629,6 +771,6 @@ def bench(
             tests = json.loads((ROOT / ".coursekit" / "test-times.json").read_text())
         except (OSError, ValueError):
             tests = previous.get("tests")
-        return write_results(rows, overhead, grading, setup_s, tests, binder, measured)
+        return write_results(rows, overhead, grading, setup_s, tests, binder, measured, startup)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
