@@ -359,9 +359,9 @@ def test_interrupt_while_evcxr_starts_stops_the_cell():
         session.close()
 
 
-def test_interrupt_while_the_warm_up_runs_stops_the_queued_cell(tmp_path):
-    """The warm-up is a crate whose build script takes 20 s: a cell interrupted behind it
-    never runs, and the warm-up goes on undisturbed."""
+def _slow_warm_up(tmp_path) -> KernelSession:
+    """A kernel in JupyterLab's place for a notebook whose first cell loads a crate with a
+    build script that takes 20 s: its warm-up runs that long."""
     import nbformat
 
     crate = tmp_path / "slow"
@@ -372,7 +372,12 @@ def test_interrupt_while_the_warm_up_runs_stops_the_queued_cell(tmp_path):
     dep = f':dep slow = {{ path = "{crate}" }}'
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(dep)])
     nbformat.write(nb, tmp_path / "lesson.ipynb")
-    session = KernelSession(env={"JPY_SESSION_NAME": str(tmp_path / "lesson.ipynb")})
+    return KernelSession(env={"JPY_SESSION_NAME": str(tmp_path / "lesson.ipynb")})
+
+
+def test_interrupt_while_the_warm_up_runs_stops_the_queued_cell(tmp_path):
+    """A cell interrupted behind the warm-up never runs, and the warm-up goes on undisturbed."""
+    session = _slow_warm_up(tmp_path)
     try:
         session.stdout("%%python\nget_ipython().kernel.rust.ready.result(timeout=600)")
         assert session.stdout("%%python\nprint(get_ipython().kernel.warmed.done())") == "False\n"
@@ -380,5 +385,32 @@ def test_interrupt_while_the_warm_up_runs_stops_the_queued_cell(tmp_path):
         assert reply["ename"] == "KeyboardInterrupt" and "before it ran" in reply["evalue"], reply
         session.stdout("%%python\nget_ipython().kernel.warmed.result(timeout=600)")
         assert session.stdout('println!("{}", slow::answer());') == "42\n"
+    finally:
+        session.close()
+
+
+def test_a_cell_waiting_behind_the_warm_up_says_what_for_until_its_output_comes(tmp_path):
+    """In JupyterLab, a cell queued behind the notebook's warm-up shows one waiting line
+    (updated in place), cleared before the cell's own output; nbval and nbgrader never see it
+    (no JPY_SESSION_NAME: every notebook's committed outputs stay as they are)."""
+    session = _slow_warm_up(tmp_path)
+    try:
+        session.stdout("%%python\nget_ipython().kernel.rust.ready.result(timeout=600)")
+        assert session.stdout("%%python\nprint(get_ipython().kernel.warmed.done())") == "False\n"
+        ran = session.run('println!("{}", slow::answer());', timeout=600)
+        assert ran.ok, ran.outputs
+        kinds = [kind for kind, _ in ran.outputs]
+        assert kinds[0] == "display_data", kinds
+        waiting = ran.outputs[0][1]
+        assert "waiting for this notebook's crates" in waiting["data"]["text/plain"], waiting
+        shown = waiting["transient"]["display_id"]
+        updates = [c for k, c in ran.outputs if k == "update_display_data"]
+        assert all(c["transient"]["display_id"] == shown for c in updates)
+        cleared = kinds.index("clear_output")
+        assert set(kinds[1:cleared]) <= {"update_display_data"}, kinds
+        assert [c["text"] for k, c in ran.outputs[cleared:] if k == "stream"] == ["42\n"], kinds
+        assert "display_data" not in kinds[cleared:] and "update_display_data" not in kinds[cleared:]
+        quick = session.run('println!("quick");').outputs
+        assert [k for k, _ in quick] == ["stream"], "no waiting line when nothing waits"
     finally:
         session.close()

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,12 @@ from .outputs import LOST, CellOutputs, error_output
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
 NOT_RUN = "Rust was still starting or loading the notebook's crates; your variables are kept"
+
+# A front end a learner watches (JupyterLab names the kernel's notebook; nbval, nbgrader and
+# the tests do not): a cell that waits shows what for, until its own output arrives.
+INTERACTIVE = bool(os.environ.get("JPY_SESSION_NAME"))
+STATUS_AFTER_S = 1.0  # a wait shorter than this shows nothing
+COMPILING_AFTER_S = 5.0
 
 # Graded runs (coursekit grade and check) set these: see _harden and do_execute.
 GRADED = os.environ.get("COURSEKIT_GRADED") == "1"
@@ -56,6 +63,16 @@ class RustPyTorchKernel(IPythonKernel):
         self._pending_bindings: list[str] = []
         self.shell.user_ns["rust"] = values.SharedValues()
         self.shell.user_ns["to_rust"] = self._to_rust
+
+    def _waiting_for(self, job) -> str | None:
+        """What a submitted Rust cell waits for, in words, or None (it runs)."""
+        if not self.rust.ready.done():
+            return "the Rust kernel (evcxr) to start, a few seconds"
+        if self.warmed is not None and not self.warmed.done() and not job.running():
+            return "this notebook's crates, which load in the background (a minute or two the first time)"
+        if job.running() and time.monotonic() - job.coursekit_started > COMPILING_AFTER_S:
+            return "the cell to compile and run (a framework's first cell compiles for up to a minute)"
+        return None
 
     def _warm_up(self, notebook: str) -> None:
         """Load the notebook's crates while the learner reads its first cells.
@@ -123,7 +140,10 @@ class RustPyTorchKernel(IPythonKernel):
         outputs = CellOutputs(code=code)
         count = self.shell.execution_count - 1
 
+        status = _Status(self, parent)
+
         def emit(msg_type, content):
+            status.clear()  # the cell's own output replaces the waiting line
             for out_type, out in outputs.translate(msg_type, content):
                 if out_type == "execute_result":
                     out = dict(out, execution_count=count)
@@ -134,6 +154,8 @@ class RustPyTorchKernel(IPythonKernel):
 
         interrupted = False
         job = self.rust.submit(self.rust.execute, code, emit, silent)
+        job.coursekit_started = time.monotonic()
+        shown = asyncio.ensure_future(status.show_while(job)) if INTERACTIVE and not silent else None
 
         def on_interrupt():
             nonlocal interrupted
@@ -147,19 +169,26 @@ class RustPyTorchKernel(IPythonKernel):
             with self._on_sigint(on_interrupt):
                 reply = await asyncio.wrap_future(job)
         except asyncio.CancelledError:
+            status.clear()
             if not job.cancelled():
                 raise
             return error_output("KeyboardInterrupt", f"interrupted before it ran: {NOT_RUN}")
         except ChildRestarted as restarted:
+            status.clear()
             if restarted.reason == "interrupt" or interrupted:
                 return error_output("KeyboardInterrupt", "interrupted: " + LOST)
             return error_output("EvcxrCrash", "evcxr stopped and was restarted: " + LOST)
         except Exception as exc:  # evcxr could not start: say why, keep the kernel alive
+            status.clear()
             return {
                 "ename": type(exc).__name__,
                 "evalue": f"the Rust kernel is unavailable: {exc}",
                 "traceback": [f"Rust kernel unavailable: {exc!r}. Run `coursekit doctor`."],
             }
+        finally:
+            if shown is not None:
+                shown.cancel()
+        status.clear()
         for name, text in outputs.shared.items():
             try:
                 self.shell.user_ns["rust"][name] = values.parse_debug(text)
@@ -233,6 +262,43 @@ class RustPyTorchKernel(IPythonKernel):
         self.rust.shutdown()
         self.log.info("evcxr stopped in %.2f s", time.monotonic() - started)
         return super().do_shutdown(restart)
+
+
+class _Status:
+    """The line a waiting cell shows ("waiting for …, 12 s"), one display updated in place
+    and cleared before the cell's own first output (or when it ends)."""
+
+    def __init__(self, kernel: RustPyTorchKernel, parent):
+        self.kernel, self.parent = kernel, parent
+        self.lock = threading.Lock()
+        self.state = "none"  # shown, then done; or done at once
+
+    def _send(self, msg_type: str, content: dict) -> None:
+        k = self.kernel
+        k.session.send(k.iopub_socket, msg_type, content, parent=self.parent, ident=k._topic(msg_type))
+
+    async def show_while(self, job) -> None:
+        await asyncio.sleep(STATUS_AFTER_S)
+        display = {"display_id": f"coursekit-wait-{id(self)}"}
+        while not job.done():
+            why = self.kernel._waiting_for(job)
+            with self.lock:
+                if self.state == "done":
+                    return
+                if why is not None:
+                    seconds = time.monotonic() - job.coursekit_started
+                    data = {"data": {"text/plain": f"⏳ waiting for {why}: {seconds:.0f} s"}, "metadata": {}}
+                    kind = "display_data" if self.state == "none" else "update_display_data"
+                    self._send(kind, {**data, "transient": display})
+                    self.state = "shown"
+            await asyncio.sleep(1.0)
+
+    def clear(self) -> None:
+        """From any thread: no more waiting line; remove the one shown."""
+        with self.lock:
+            if self.state == "shown":
+                self._send("clear_output", {"wait": False})
+            self.state = "done"
 
 
 def _harden(app: IPKernelApp) -> None:
