@@ -15,7 +15,7 @@ from ..setup import slots
 from . import exercises, progress
 
 CHECK_CELL_TIMEOUT_S = 900
-TEMPLATES = slots.pool_dir().parent / "check-templates"  # released notebooks, kept between checks
+TEMPLATES = slots.cache_dir() / "check-templates"  # released notebooks, kept between checks
 GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
 
 
@@ -41,7 +41,7 @@ def verdicts(notebook: Path, hints: bool = False, color: bool = True):
     g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
     started = time.monotonic()
 
-    def progress(line: str) -> None:  # while it runs: the kernel started, each test's verdict
+    def running(line: str) -> None:  # while it runs: the kernel started, each test's verdict
         print(f"  {d}[{time.monotonic() - started:4.0f} s] {line}{e}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="coursekit-check-") as work:
@@ -52,7 +52,7 @@ def verdicts(notebook: Path, hints: bool = False, color: bool = True):
             # the learner's own code on their machine: no sandbox, and time for a cold first
             # compile of a framework on one slow CPU
             Settings(sandboxed=False, cell_timeout=CHECK_CELL_TIMEOUT_S),
-            progress=progress,
+            progress=running,
         )
     lines = [f"  {d}note: {note}{e}" for note in record.notes]
     if record.error:

@@ -125,8 +125,9 @@ def version_of(library: Path) -> str | None:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "coursekit" / "rust-src"
+    from .slots import cache_dir as kit_cache
+
+    return kit_cache() / "rust-src"
 
 
 def _mismatch(what: str, have: str | None, rustc: str) -> str:

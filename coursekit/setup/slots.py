@@ -35,11 +35,16 @@ opt-level = 2
 """
 
 
+def cache_dir() -> Path:
+    """The kit's own cache (~/.cache/coursekit)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "coursekit"
+
+
 def pool_dir() -> Path:
     if os.environ.get("COURSEKIT_POOL"):  # set inside a grading sandbox
         return Path(os.environ["COURSEKIT_POOL"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "coursekit" / "evcxr-slots"
+    return cache_dir() / "evcxr-slots"
 
 
 def ensure_pool(pool: Path | None = None) -> Path:
