@@ -49,15 +49,18 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:
-    """Run a notebook top to bottom in its directory and save it with its new outputs."""
+    """Run a notebook top to bottom in its directory and save it with its new outputs; an
+    output that only differs from the committed one by floating-point noise stays as it was."""
     import shutil
 
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
     from ..kernel.session import ipc_manager
+    from .float_noise import keep_matching
 
     nb = nbformat.read(path, as_version=4)
+    committed = [cell.get("outputs", []) for cell in nb.cells]
     km, runtime = ipc_manager(KERNELSPEC["name"], manager_class=AsyncKernelManager)
     client = NotebookClient(
         nb, km=km, timeout=timeout, resources={"metadata": {"path": str(Path(path).parent)}}
@@ -67,6 +70,9 @@ def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:
         client.execute()
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+    for cell, old in zip(nb.cells, committed, strict=True):
+        if cell.cell_type == "code":
+            cell.outputs = keep_matching(cell.outputs, old)
     nbformat.write(clean(nb), path)
     return nb
 
