@@ -7,7 +7,7 @@ after opening a notebook and the median latency of small cells. Then the overhea
 rust-pytorch kernel over the bare evcxr kernel on the same Rust cells, and the course's
 settings against evcxr's defaults. `--setup` also times the whole set-up on a fresh HOME;
 `--only PART` measures one part again and keeps the other figures of the results file.
-The time per test module of the last whole `make test` (tests/conftest.py) is copied in.
+The time per test module of the last whole `make test` (conftest.py) is copied in.
 """
 
 from __future__ import annotations
@@ -689,7 +689,7 @@ def write_results(
             f"The last whole `make test` here ({tests['finished']}): {tests['wall_s'] / 60:.1f} min of wall "
             f"time on {tests['workers']} workers, {tests['passed']} passed, {tests['failed']} failed. "
             "Seconds summed over each module's tests (set-up and teardown included); recorded by "
-            "tests/conftest.py at the end of every whole run, copied here by `make bench`.",
+            "conftest.py at the end of every whole run, copied here by `make bench`.",
             "",
             "| module | seconds |",
             "|---|---|",
@@ -767,7 +767,7 @@ def bench(
             print("[bench] within Binder's limits ...", flush=True)
             binder = bench_binder(scratch)
         setup_s = bench_setup(scratch) if with_setup else previous.get("setup_s")
-        try:  # the last whole test run (tests/conftest.py)
+        try:  # the last whole test run (conftest.py)
             tests = json.loads((ROOT / ".coursekit" / "test-times.json").read_text())
         except (OSError, ValueError):
             tests = previous.get("tests")

@@ -6,7 +6,7 @@ SIMD paths in PyTorch's and the frameworks' kernels), so a printed `max |Burn - 
 its last digit. Everything else must be reproduced exactly: the text around the numbers,
 how many there are, and every integer (counts, shapes, classes). The cells' own asserts are
 what check a figure's tolerance; this only keeps the committed outputs comparable across
-machines. Used by nbval (tests/conftest.py), by the solutions' output check
+machines. Used by nbval (conftest.py), by the solutions' output check
 (tests/test_exercises.py), and by `coursekit run`, which keeps a committed output the new
 run matches, so that re-running a notebook on another machine does not rewrite its noise.
 """

@@ -1,4 +1,6 @@
-"""Shared helpers: the repository root and a kernel session per test module."""
+"""Shared by every test run, whatever paths it names (course/ notebooks alone too): the
+repository root, a kernel session per test module, one worker per notebook under xdist, and
+nbval's comparison up to floating-point noise."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from coursekit.content.float_noise import keep_matching
 from coursekit.kernel.session import KernelSession
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
