@@ -411,30 +411,10 @@ def torch_result(row: Row) -> tuple[list[int], list[float]]:
     return list(value.shape), value.to(torch.float64).flatten().tolist()
 
 
-class _Kernel:
-    """A rust-pytorch kernel; `run` executes one cell and returns (stdout, error or None)."""
-
-    def __init__(self):
-        from jupyter_client.manager import start_new_kernel
-
-        self.km, self.kc = start_new_kernel(kernel_name="rust-pytorch", startup_timeout=300, cwd=str(ROOT))
-
-    def run(self, code: str, timeout: float = 1200) -> tuple[str, str | None]:
-        chunks: list[str] = []
-
-        def hook(msg):
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                chunks.append(msg["content"]["text"])
-
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)["content"]
-        error = None
-        if reply["status"] != "ok":
-            error = f"{reply.get('ename')}: {reply.get('evalue')}"
-        return "".join(chunks), error
-
-    def close(self):
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+def _run(kernel, code: str) -> tuple[str, str | None]:
+    """One cell in `kernel` (a KernelSession): its stdout, and its error or None."""
+    ran = kernel.run(code, timeout=1200)
+    return ran.stream("stdout"), ran.error
 
 
 def parse(stdout: str) -> dict[str, dict]:
@@ -470,24 +450,27 @@ def compare(row: Row, fw: str, result: dict | None) -> str | None:
     return None
 
 
-def check(fw: str, kernel: _Kernel | None = None, rows: list[Row] | None = None) -> dict[str, str]:
+def check(fw: str, kernel=None, rows: list[Row] | None = None) -> dict[str, str]:
     """Run every row in `fw` and compare with PyTorch: {row name: problem} for the rows that
     fail (empty when all pass). When the program does not compile, each row is compiled on
     its own so that the failures name their rows."""
     rows = ROWS if rows is None else rows
     own = kernel is None
-    kernel = kernel or _Kernel()
+    if own:
+        from ..kernel.session import KernelSession
+
+        kernel = KernelSession(cwd=ROOT)
     try:
         deps, helpers, main = program(fw, rows)
         for cell in (deps, helpers):
-            _, error = kernel.run(cell)
+            _, error = _run(kernel, cell)
             if error:
                 return {"(set-up)": error}
-        stdout, error = kernel.run(main)
+        stdout, error = _run(kernel, main)
         results = parse(stdout)
         if error and not results:  # a compile error: find the rows that cause it
             for i, row in enumerate(rows):
-                out, row_error = kernel.run(_main(fw, [row], f"cs_row_{i}"))
+                out, row_error = _run(kernel, _main(fw, [row], f"cs_row_{i}"))
                 results.update(parse(out))
                 if row_error and row.name not in results:
                     results[row.name] = {"error": row_error}
