@@ -10,7 +10,7 @@ PORT ?= 8888
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 JOBS ?= 2
 
-.PHONY: lab test test-fast setup setup-tests bench doctor lint lock clean
+.PHONY: lab test test-fast setup setup-tests bench doctor lint lock labextension clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (found " + sys.version.split()[0] + "): run make with PYTHON=/path/to/python3.11")'
@@ -53,6 +53,15 @@ lock:
 	(echo "# Full lock of the Python environment (pip freeze), used as pip's constraints file."; \
 	 .lockenv/bin/pip freeze --exclude-editable) > constraints.txt
 	rm -rf .lockenv
+
+# Rebuild the prebuilt JupyterLab extension (coursekit/kernel/highlight) after editing its
+# source; needs Node.js and npm (learners and CI use the committed build).
+HIGHLIGHT := coursekit/kernel/highlight
+labextension: $(STAMP)
+	rm -rf .labext && mkdir .labext && cp -r $(HIGHLIGHT)/src $(HIGHLIGHT)/*.json .labext/
+	cd .labext && npm install --no-audit --no-fund --loglevel=error && npx tsc && jupyter-builder build .
+	rm -rf $(HIGHLIGHT)/labextension && cp -r .labext/labextension .labext/package-lock.json $(HIGHLIGHT)/
+	rm -rf .labext
 
 clean:
 	rm -rf $(VENV)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
 from conftest import ROOT
 
 pytestmark = pytest.mark.full
@@ -141,6 +142,33 @@ def test_welcome_notebook_runs_rust_and_python_cells(lab):
     assert (ROOT / "course" / "00_welcome.ipynb").read_bytes() == before, (
         "the test must not save the notebook"
     )
+
+
+def test_python_cells_are_highlighted_as_python(lab):
+    """The kit's JupyterLab extension (coursekit/kernel/highlight): a `%%python` cell's body is
+    Python — `import` and `def` take the keyword colour, as `let` and `fn` do in a Rust cell,
+    while `import` in a Rust cell is a plain name."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page, base, _ = lab
+    open_notebook(page, base, "course/00_welcome.ipynb")
+
+    def colour(cell, word: str) -> str:
+        """The colour of `word` as a highlighted token of its own ('plain' if it is none)."""
+        token = cell.locator(".cm-content span").get_by_text(word, exact=True).first
+        try:
+            token.wait_for(timeout=30_000)  # the language loads after the cells render
+        except PlaywrightTimeout:
+            return "plain"
+        return token.evaluate("e => getComputedStyle(e).color")
+
+    rust = code_cell(page, "let xs: Vec<f32>")
+    python = code_cell(page, "xs = torch.tensor")
+    keyword = colour(rust, "let")
+    assert keyword != colour(rust, "xs")
+    assert colour(python, "import") == keyword, "`import` in a %%python cell is not a Python keyword"
+    page.get_by_role("menuitem", name="File").click()
+    page.get_by_text("Close Tab", exact=True).click()
 
 
 def test_exercise_validates_in_the_browser(lab):

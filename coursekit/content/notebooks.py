@@ -17,8 +17,11 @@ LANGUAGE_INFO = {
     "name": "Rust",
     "mimetype": "text/rust",
     "file_extension": ".rs",
-    "pygments_lexer": "rust",
-    "codemirror_mode": "rust",
+    # Highlighting: Rust, and `%%python` cells as Python, by the kit's Pygments lexer
+    # (content/lexer.py) and JupyterLab extension (kernel/highlight); a front end without the
+    # extension finds Rust by the MIME type.
+    "pygments_lexer": "rust-pytorch",
+    "codemirror_mode": {"name": "rust-pytorch", "mime": "text/x-rustsrc"},
 }
 # Cell tags the course uses: an expected error (a deliberately failing example), and
 # outputs that are truly nondeterministic (timings).

@@ -4,8 +4,9 @@ all run it.
 
 Steps: the Debian helpers of the purpose (none for a learner), the Rust standard-library
 sources evcxr's analyzer needs (setup/rust_src.py), evcxr_jupyter, the evcxr configuration
-(dependency cache, prelude), both kernelspecs (written into this Python environment, not
-the user's home); then `coursekit setup` runs the prewarm (setup/prewarm.py).
+(dependency cache, prelude), both kernelspecs and the JupyterLab extension that highlights
+`%%python` cells (written into this Python environment, not the user's home); then
+`coursekit setup` runs the prewarm (setup/prewarm.py).
 """
 
 from __future__ import annotations
@@ -239,6 +240,18 @@ def write_lab_settings() -> None:
     (d / "overrides.json").write_text(json.dumps(overrides, indent=1) + "\n")
 
 
+LABEXTENSION = pins.PACKAGE / "kernel" / "highlight" / "labextension"
+
+
+def write_labextension() -> None:
+    """The prebuilt JupyterLab extension that highlights `%%python` cells as Python
+    (coursekit/kernel/highlight; no Node.js needed here), into this environment's
+    labextensions folder, where JupyterLab finds it."""
+    d = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "coursekit-rust-pytorch"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(LABEXTENSION, d)
+
+
 def setup(purpose: str = "learner") -> None:
     """Everything but the prewarm (setup/prewarm.py), which needs the kernels written here."""
     ensure_system_packages(purpose)
@@ -247,3 +260,4 @@ def setup(purpose: str = "learner") -> None:
     write_evcxr_config()
     write_kernelspecs(evcxr, std_sources)
     write_lab_settings()
+    write_labextension()
