@@ -5,7 +5,8 @@ all run it.
 Steps: the Debian helpers of the purpose (none for a learner), the Rust standard-library
 sources evcxr's analyzer needs (setup/rust_src.py), evcxr_jupyter, the evcxr configuration
 (dependency cache, prelude), both kernelspecs and the JupyterLab extension that highlights
-`%%python` cells (written into this Python environment, not the user's home); then
+`%%python` cells (written into this Python environment, not the user's home), stand-ins
+for crates the pins never compile (setup/stand_ins.py); then
 `coursekit setup` runs the prewarm (setup/prewarm.py).
 """
 
@@ -191,6 +192,9 @@ def kernel_env(std_sources: Path, evcxr: Path, prelude: bool) -> dict[str, str]:
         # evcxr sets RUST_BACKTRACE=1 for the code it runs; this keeps error values (anyhow's,
         # Candle's) free of backtraces, whose frames change from run to run.
         "RUST_LIB_BACKTRACE": "0",
+        # evcxr's allocator (mimalloc) hands freed memory back to the system at once: less
+        # resident memory for the same work, which Binder's 2 GB needs.
+        "MIMALLOC_PURGE_DELAY": "0",
     }
     if shutil.which("ccache"):
         env["CC"] = "ccache cc"
@@ -252,6 +256,22 @@ def write_labextension() -> None:
     shutil.copytree(LABEXTENSION, d)
 
 
+def write_stand_ins() -> None:
+    """Empty stand-ins for the crates the pins name but never compile (setup/stand_ins.py),
+    in the warm build directories' cargo configuration."""
+    from . import slots, stand_ins
+
+    cargo_dir = slots.ensure_pool() / ".cargo"
+    try:
+        names = stand_ins.write(cargo_dir)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        log(f"warning: no stand-ins for crates the pins never compile ({exc}): Burn needs more memory")
+        return
+    slots.ensure_pool()  # the configuration names them
+    if names is not None:
+        log(f"stand-ins for crates the pins never compile (for rust-analyzer): {', '.join(names) or 'none'}")
+
+
 def setup(purpose: str = "learner") -> None:
     """Everything but the prewarm (setup/prewarm.py), which needs the kernels written here."""
     ensure_system_packages(purpose)
@@ -261,3 +281,4 @@ def setup(purpose: str = "learner") -> None:
     write_kernelspecs(evcxr, std_sources)
     write_lab_settings()
     write_labextension()
+    write_stand_ins()

@@ -28,7 +28,8 @@ def warm_key(framework: str) -> str:
     rustc = pins.rustc_banner()
     config = evcxr_config_dir(prelude=True)
     prelude = pins.PACKAGE / "kernel" / "prelude"
-    sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text(), slots.CARGO_CONFIG]
+    sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text()]
+    sources.append(slots.cargo_config(slots.pool_dir()))
     sources += [p.read_text() for p in sorted(prelude.rglob("*")) if p.is_file() and "target" not in p.parts]
     libtorch = str(torch_lib_dir()) if framework == "tch" else ""  # torch-sys links against it
     spec = json.dumps(

@@ -47,12 +47,20 @@ def pool_dir() -> Path:
     return cache_dir() / "evcxr-slots"
 
 
+def cargo_config(pool: Path) -> str:
+    """The pool's cargo configuration: CARGO_CONFIG, then the patch table of the stand-ins
+    set-up wrote into the pool (setup/stand_ins.py)."""
+    from .stand_ins import patch_section
+
+    return CARGO_CONFIG + patch_section(pool / ".cargo")
+
+
 def ensure_pool(pool: Path | None = None) -> Path:
     pool = pool or pool_dir()
-    config = pool / ".cargo" / "config.toml"
-    if not (config.is_file() and config.read_text() == CARGO_CONFIG):
+    config, text = pool / ".cargo" / "config.toml", cargo_config(pool)
+    if not (config.is_file() and config.read_text() == text):
         config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(CARGO_CONFIG)
+        config.write_text(text)
     return pool
 
 
