@@ -327,11 +327,17 @@ def bench_grading(scratch: Path, assignment: str, notebook: str, students: int) 
     }
 
 
-# Binder's limits (mybinder.org: about 2 GB of memory, 1 CPU), and what a learner runs there: a
-# lesson alone, then the Burn lesson with a `coursekit check` of its exercise beside it.
+# Binder's limits (mybinder.org: about 2 GB of memory, 1 CPU), and what a learner runs there:
+# the heaviest lessons and a check of the heaviest exercise, each alone (tests/test_binder.py
+# runs these), then the Burn lesson with a `coursekit check` of its exercise beside it.
 BINDER_MEMORY = 2 << 30
-BINDER_RUNS = {
+BINDER_ALONE = {
     "the tch tensor lesson": ["course/02_tensors/01_tch.ipynb"],
+    "the Burn tensor lesson": ["course/02_tensors/03_burn.ipynb"],
+    "`coursekit check` of the solved Burn tensor exercise": ["solutions/02_tensors/03_burn.ipynb"],
+}
+BINDER_RUNS = {
+    **BINDER_ALONE,
     "the Burn tensor lesson, with `coursekit check` of its exercise beside it": [
         "course/02_tensors/03_burn.ipynb",
         "exercises/02_tensors/03_burn.ipynb",
@@ -387,13 +393,14 @@ def _joining(groups: list[Path]):
     return join
 
 
-def bench_binder(scratch: Path) -> dict:
-    """Each of BINDER_RUNS in a cgroup with Binder's limits: did it run, how long, and its
-    memory peak (the cgroup's, page cache included, and the largest sum of its processes' RSS)."""
+def bench_binder(scratch: Path, runs: dict[str, list[str]] = BINDER_RUNS) -> dict:
+    """Each run (lessons are run, others checked) in a cgroup with Binder's limits: did it
+    run, how long, its memory peak (the cgroup's, page cache included, and the largest sum of
+    its processes' RSS) and the OOM kills."""
     import psutil
 
     results = {}
-    for label, paths in BINDER_RUNS.items():
+    for label, paths in runs.items():
         name = f"bench-binder-{os.getpid()}-{len(results)}"
         groups = _limited_cgroups(name)
         procs = []
@@ -670,8 +677,10 @@ def write_results(
             "",
             "Each row runs in a cgroup limited to 2 GiB (no swap) and one CPU's time, as "
             "mybinder.org's pods are, with this machine's warm build directories (Binder's image "
-            "has them too). The check runs while the lesson's kernel is alive, as a learner "
-            "would run it in a terminal beside the open lesson.",
+            "has them too). In the last row the check runs while the lesson's kernel is alive, as a "
+            "learner would run it in a terminal beside the open lesson. The cgroup's peak counts "
+            "page cache, which the kernel gives back under the limit; the RSS sum counts shared "
+            "pages once per process.",
         ]
     if setup_s is not None:
         lines += [

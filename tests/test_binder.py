@@ -1,4 +1,5 @@
-"""Binder: the Dockerfile repo2docker would build (dry run, no Docker needed)."""
+"""Binder: the Dockerfile repo2docker would build (dry run, no Docker needed), and the heaviest
+notebooks within Binder's memory and CPU."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
 
@@ -42,3 +45,19 @@ def test_readme_has_binder_badge_and_link():
     assert m, "Binder badge missing"
     target = re.search(r"urlpath=lab/tree/(\S+\.ipynb)", m.group(1))
     assert target and (ROOT / target.group(1)).is_file()
+
+
+@pytest.mark.full
+def test_the_heaviest_notebooks_fit_in_binders_memory(tmp_path):
+    """Binder gives a session about 2 GB and one CPU: the tch and Burn tensor lessons and a
+    check of the solved Burn exercise each run to their end there, without an OOM kill (each
+    in a cgroup limited to 2 GiB, no swap, and one CPU's time). bench/results.md has the
+    figures, and the Burn lesson with a check beside it, which does not fit."""
+    from coursekit import bench
+
+    try:
+        results = bench.bench_binder(tmp_path, bench.BINDER_ALONE)
+    except OSError as exc:  # no writable cgroup file system (not root, or no delegation)
+        pytest.skip(f"cannot create a memory-limited cgroup here: {exc}")
+    for label, r in results.items():
+        assert r["ran"] and not r["oom_kills"], f"{label} did not fit: {r}"
