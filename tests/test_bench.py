@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from conftest import ROOT
-
 from coursekit import bench
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
 from conftest import ROOT
 
 NBGRADER = str(Path(sys.executable).parent / "nbgrader")

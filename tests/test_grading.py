@@ -30,6 +30,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
 from conftest import ROOT
 
 pytestmark = pytest.mark.full

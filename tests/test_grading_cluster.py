@@ -15,6 +15,7 @@ import time
 import nbformat
 import psutil
 import pytest
+
 from conftest import ROOT
 
 pytestmark = pytest.mark.full

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from coursekit.grading import grade, harness, sandbox, submission
 
 ASSIGNMENTS = ["01_rust", "02_tensors"]

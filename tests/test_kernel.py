@@ -10,6 +10,7 @@ import time
 
 import psutil
 import pytest
+
 from conftest import KernelSession
 
 pytestmark = pytest.mark.full

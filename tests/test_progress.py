@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from coursekit.learner import exercises
 
 NOTEBOOK = "01_values_moves_clone.ipynb"

@@ -13,8 +13,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from coursekit.setup import doctor, rust_src
 
 

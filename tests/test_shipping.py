@@ -10,6 +10,7 @@ import os
 import subprocess
 
 import pytest
+
 from conftest import ROOT
 
 pytestmark = pytest.mark.full

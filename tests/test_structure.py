@@ -9,8 +9,8 @@ import tomllib
 import nbformat
 import pytest
 import yaml
-from conftest import ROOT
 
+from conftest import ROOT
 from coursekit import pins
 from coursekit.content.notebooks import KERNELSPEC, LANGUAGE_INFO, clean
 

@@ -13,6 +13,7 @@ import zipfile
 
 import nbformat
 import pytest
+
 from conftest import ROOT
 
 pytestmark = pytest.mark.full
