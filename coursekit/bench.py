@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -464,18 +465,78 @@ def bench_setup(scratch: Path) -> float:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     home = scratch / "home"
     home.mkdir()
+    started = time.monotonic()
+    subprocess.run(["make", "setup"], cwd=clone, env=_fresh_home_env(home), check=True)
+    return time.monotonic() - started
+
+
+def _fresh_home_env(home: Path, bin_dir: Path | None = None) -> dict:
+    """This environment with `home` as HOME and for cargo's and the caches' files (the Rust
+    toolchain stays rustup's); `bin_dir` first on PATH after cargo's."""
+    first = [str(home / ".cargo" / "bin")] + ([str(bin_dir)] if bin_dir else [])
     env = dict(
         os.environ,
         HOME=str(home),
         CARGO_HOME=str(home / ".cargo"),
         RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")),
-        PATH=f"{home / '.cargo' / 'bin'}:{os.environ['PATH']}",
+        PATH=":".join([*first, os.environ["PATH"]]),
         XDG_CACHE_HOME=str(home / ".cache"),
     )
-    env.pop("XDG_CONFIG_HOME", None)
+    for name in ("XDG_CONFIG_HOME", "COURSEKIT_POOL", "CCACHE_DIR", "VIRTUAL_ENV"):
+        env.pop(name, None)
+    return env
+
+
+IMAGE_STEP = re.compile(r"^\s*(\w+) in warm directory \d+: (\d+) s$")
+
+
+def bench_image(scratch: Path) -> dict:
+    """Binder's postBuild (`COURSEKIT_SLOTS=1 python -m coursekit setup`, binder/postBuild) with
+    empty cargo, evcxr and ccache caches: the time of each step and the size of what it adds.
+    It runs with this environment's packages but writes its kernelspecs into a scratch
+    environment and everything else under a scratch HOME. The conda part of the image build
+    (Python, PyTorch, Rust) is not measured: no conda channel is reachable here."""
+    home, venv = scratch / "image-home", scratch / "image-venv"
+    home.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    ours = next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix))
+    site_dir = next((venv / "lib").glob("python3*/site-packages"))
+    (site_dir / "coursekit-bench.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    env = {**_fresh_home_env(home, venv / "bin"), "COURSEKIT_SLOTS": "1"}
     started = time.monotonic()
-    subprocess.run(["make", "setup"], cwd=clone, env=env, check=True)
-    return time.monotonic() - started
+    steps, last, last_line = {}, started, "start"
+    with subprocess.Popen(
+        [str(venv / "bin" / "python"), "-m", "coursekit", "setup"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        for raw in proc.stdout:
+            line = raw.rstrip("\n").split("\r")[-1]
+            print(f"[bench] image: {line}", flush=True)
+            if m := IMAGE_STEP.match(line):  # one framework compiled (prewarm prints its time)
+                steps[f"compiling {m[1]}"] = float(m[2])
+            elif line.startswith("[coursekit setup]"):
+                now = time.monotonic()
+                if "building evcxr_jupyter" in last_line:
+                    steps["building evcxr_jupyter"] = now - last
+                last, last_line = now, line
+    if proc.returncode:
+        raise RuntimeError(f"the image's set-up failed (exit {proc.returncode})")
+    total = time.monotonic() - started
+    steps["the rest (std sources, kernelspecs, settings, stand-ins)"] = total - sum(steps.values())
+    sizes = {
+        "evcxr_jupyter": home / ".cargo" / "bin",
+        "crate sources (cargo registry)": home / ".cargo" / "registry",
+        "warm build directory and stand-ins": home / ".cache" / "coursekit",
+        "evcxr's dependency cache": home / ".cache" / "evcxr",
+        "ccache": home / ".cache" / "ccache",
+    }
+    added = {name: slots.size(path) for name, path in sizes.items() if path.exists()}
+    added["all of it (HOME)"] = slots.size(home)
+    return {"seconds": round(total, 1), "steps": {k: round(v, 1) for k, v in steps.items()}, "bytes": added}
 
 
 def machine() -> str:
@@ -512,6 +573,7 @@ def write_results(
     binder: dict | None = None,
     measured: dict | None = None,
     startup: dict | None = None,
+    image: dict | None = None,
 ) -> Path:
     measured = measured or {}
 
@@ -682,6 +744,26 @@ def write_results(
             "page cache, which the kernel gives back under the limit; the RSS sum counts shared "
             "pages once per process.",
         ]
+    if image:
+        lines += [
+            "",
+            "## Binder's image build (postBuild)",
+            "",
+            *when("image"),
+            "`binder/postBuild` — `COURSEKIT_SLOTS=1 python -m coursekit setup` — with empty cargo, "
+            f"evcxr and ccache caches: {image['seconds'] / 60:.1f} min on this machine's 2 cores "
+            "(mybinder.org kills a build after 60 min; its builders have more cores). The conda "
+            "environment before it (Python, PyTorch, Rust; binder/environment.yml) is not measured: "
+            "no conda channel is reachable here. Each step includes downloading its crates.",
+            "",
+            "| step | time |",
+            "|---|---|",
+            *(f"| {step} | {sec / 60:.1f} min |" for step, sec in image["steps"].items()),
+            "",
+            "| what it adds to the image | size |",
+            "|---|---|",
+            *(f"| {what} | {b / 2**30:.2f} GiB |" for what, b in image["bytes"].items()),
+        ]
     if setup_s is not None:
         lines += [
             "",
@@ -716,6 +798,7 @@ def write_results(
                 "tests": tests,
                 "binder": binder,
                 "startup": startup,
+                "image": image,
                 "measured": measured,
             },
             indent=1,
@@ -731,6 +814,7 @@ PARTS = (
     "overhead",
     "grading",
     "binder",
+    "image",
 )  # also `coursekit bench --only`'s choices (cli.py)
 
 
@@ -775,11 +859,15 @@ def bench(
         if "binder" in parts:
             print("[bench] within Binder's limits ...", flush=True)
             binder = bench_binder(scratch)
+        image = previous.get("image")
+        if "image" in parts:
+            print("[bench] Binder's image build (postBuild) ...", flush=True)
+            image = bench_image(scratch)
         setup_s = bench_setup(scratch) if with_setup else previous.get("setup_s")
         try:  # the last whole test run (conftest.py)
             tests = json.loads((ROOT / ".coursekit" / "test-times.json").read_text())
         except (OSError, ValueError):
             tests = previous.get("tests")
-        return write_results(rows, overhead, grading, setup_s, tests, binder, measured, startup)
+        return write_results(rows, overhead, grading, setup_s, tests, binder, measured, startup, image)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

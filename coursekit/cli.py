@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     p["bench"].add_argument(
         "--only",
         action="append",
-        choices=["frameworks", "startup", "overhead", "grading", "binder"],
+        choices=["frameworks", "startup", "overhead", "grading", "binder", "image"],
         help="only these parts",
     )
     p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")

@@ -22,6 +22,8 @@ def test_results_render_from_the_committed_figures(tmp_path, monkeypatch):
         committed.get("tests"),
         committed.get("binder"),
         committed.get("measured"),
+        committed.get("startup"),
+        committed.get("image"),
     )
     page = out.read_text()
     assert "## Compile and first cells, per framework" in page
@@ -29,6 +31,8 @@ def test_results_render_from_the_committed_figures(tmp_path, monkeypatch):
         assert f"| {fw} |" in page
     if committed.get("binder"):
         assert "## Within Binder's limits" in page
+    if committed.get("image"):
+        assert "## Binder's image build (postBuild)" in page
     for part, when in (committed.get("measured") or {}).items():
         assert f"Measured {when}." in page, part
     assert json.loads(out.with_suffix(".json").read_text())["frameworks"] == committed["frameworks"]
