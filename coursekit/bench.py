@@ -536,7 +536,12 @@ def bench_image(scratch: Path) -> dict:
     }
     added = {name: slots.size(path) for name, path in sizes.items() if path.exists()}
     added["all of it (HOME)"] = slots.size(home)
-    return {"seconds": round(total, 1), "steps": {k: round(v, 1) for k, v in steps.items()}, "bytes": added}
+    return {
+        "seconds": round(total, 1),
+        "cores": os.cpu_count(),
+        "steps": {k: round(v, 1) for k, v in steps.items()},
+        "bytes": added,
+    }
 
 
 def machine() -> str:
@@ -751,7 +756,7 @@ def write_results(
             "",
             *when("image"),
             "`binder/postBuild` — `COURSEKIT_SLOTS=1 python -m coursekit setup` — with empty cargo, "
-            f"evcxr and ccache caches: {image['seconds'] / 60:.1f} min on this machine's 2 cores "
+            f"evcxr and ccache caches: {image['seconds'] / 60:.1f} min on {image.get('cores', '?')} cores "
             "(mybinder.org kills a build after 60 min; its builders have more cores). The conda "
             "environment before it (Python, PyTorch, Rust; binder/environment.yml) is not measured: "
             "no conda channel is reachable here. Each step includes downloading its crates.",
