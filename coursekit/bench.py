@@ -756,7 +756,7 @@ def write_results(
             "",
             *when("image"),
             "`binder/postBuild` — `COURSEKIT_SLOTS=1 python -m coursekit setup` — with empty cargo, "
-            f"evcxr and ccache caches: {image['seconds'] / 60:.1f} min on {image.get('cores', '?')} cores "
+            f"evcxr and ccache caches: {image['seconds'] / 60:.1f} min on {image['cores']} cores "
             "(mybinder.org kills a build after 60 min; its builders have more cores). The conda "
             "environment before it (Python, PyTorch, Rust; binder/environment.yml) is not measured: "
             "no conda channel is reachable here. Each step includes downloading its crates.",

@@ -108,16 +108,12 @@ def _stand_in(package: dict, dest: Path) -> None:
     """An empty library with the package's name, version and features (optional
     dependencies included, as cargo makes them features)."""
     original = tomllib.loads(Path(package["manifest_path"]).read_text())
+    tables = [original.get("dependencies", {}), original.get("build-dependencies", {})]
+    tables += [target.get("dependencies", {}) for target in original.get("target", {}).values()]
     features = set(original.get("features", {}))
-    for table in ("dependencies", "build-dependencies"):
-        features |= {
-            n
-            for n, spec in original.get(table, {}).items()
-            if isinstance(spec, dict) and spec.get("optional")
-        }
-    for target in original.get("target", {}).values():
-        deps = target.get("dependencies", {})
-        features |= {n for n, spec in deps.items() if isinstance(spec, dict) and spec.get("optional")}
+    features |= {
+        n for t in tables for n, spec in t.items() if isinstance(spec, dict) and spec.get("optional")
+    }
     lines = [
         "# An empty stand-in written by coursekit (setup/stand_ins.py): never compiled by the course.",
         "[package]",
