@@ -129,6 +129,39 @@ def test_shares_arrive_under_cpu_load(kernel):
     assert out == "True done\n"
 
 
+def test_every_printed_line_arrives_before_the_cell_ends_under_cpu_load(kernel):
+    """evcxr relays stdout from another thread; the kernel waits for the cell's last line
+    (named by content that comes before the reply) instead of a fixed grace."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]
+    try:
+        runs = [
+            kernel.run(f'for i in 0..30 {{ println!("line {{i}}"); }}\nprint!("end {n}")') for n in range(15)
+        ]
+    finally:
+        for b in burners:
+            b.kill()
+    for n, (reply, outputs) in enumerate(runs):
+        assert reply["status"] == "ok"
+        text = "".join(c["text"] for t, c in outputs if t == "stream")
+        assert text == "".join(f"line {i}\n" for i in range(30)) + f"end {n}"
+
+
+def test_print_macros_and_evcxr_display_keep_their_behaviour(kernel):
+    """print!/println! go through the prelude; evcxr's own protocol lines (a type's
+    `evcxr_display`) still reach evcxr."""
+    reply, outputs = kernel.run(
+        'let x = 7;\nprint!("a");\nprint!("b\\n");\nprintln!();\nprintln!("{x} {}", x + 1);'
+    )
+    assert reply["status"] == "ok"
+    assert "".join(c["text"] for t, c in outputs if t == "stream") == "ab\n\n7 8\n"
+    reply, outputs = kernel.run(
+        "struct Bold;\nimpl Bold { fn evcxr_display(&self) {\n"
+        '    println!("EVCXR_BEGIN_CONTENT text/html\\n<b>bold</b>\\nEVCXR_END_CONTENT");\n} }\nBold'
+    )
+    assert reply["status"] == "ok"
+    assert [c["data"].get("text/html") for t, c in outputs if t == "execute_result"] == ["<b>bold</b>"]
+
+
 def test_python_exception(kernel):
     reply, outputs = kernel.run("%%python\n{}['missing']")
     assert reply["status"] == "error" and reply["ename"] == "KeyError"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from coursekit.grading.harness import PASS_MIME
-from coursekit.kernel.outputs import ERROR_MIME, MARKER, SHARE_MIME_PREFIX, CellOutputs
+from coursekit.kernel.outputs import ERROR_MIME, LAST_MIME, MARKER, SHARE_MIME_PREFIX, CellOutputs
 from coursekit.kernel.values import parse_debug, rust_binding
 
 
@@ -79,7 +79,10 @@ def stream(name, text):
 def test_markers_become_outputs_in_order():
     out = CellOutputs()
     msgs = out.translate(
-        *stream("stdout", f"a\n{MARKER}stderr - b\\n\nc\n{MARKER}display text/html <b>x</b>\n")
+        *stream(
+            "stdout",
+            f"a\n{MARKER}stderr 01 - b\\n\n{MARKER}stdout 02 - c\\n\n{MARKER}display 03 text/html <b>x</b>\n",
+        )
     )
     assert msgs == [
         stream("stdout", "a\n"),
@@ -87,6 +90,18 @@ def test_markers_become_outputs_in_order():
         stream("stdout", "c\n"),
         ("display_data", {"data": {"text/html": "<b>x</b>"}, "metadata": {}}),
     ]
+
+
+def test_a_cell_is_settled_once_its_last_line_has_come():
+    """The ID of a cell's last marker line comes as content, before the reply; lines relayed
+    later still count: the kernel waits for exactly that one."""
+    out = CellOutputs()
+    assert out.settled()  # printed nothing
+    out.translate(*stream("stdout", f"{MARKER}stdout 0a - x\\n\n"))
+    out.translate("execute_result", {"data": {LAST_MIME: "0b\n"}, "metadata": {}})
+    assert not out.settled()
+    out.translate(*stream("stdout", f"{MARKER}stdout 0b - y\\n\n"))
+    assert out.settled()
 
 
 def test_shares_and_returned_errors_come_as_content():

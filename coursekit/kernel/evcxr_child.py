@@ -1,9 +1,10 @@
 """The evcxr_jupyter kernel that runs the Rust cells of a `rust-pytorch` kernel.
 
 It runs as a child process in its own process group, driven by a blocking client from
-one worker thread. The child dies with its parent (PR_SET_PDEATHSIG), and shutdown kills
-its whole process group, so no evcxr, cargo or rustc process outlives the kernel (on
-Linux; elsewhere only a shutdown, not a crash of the kernel, takes them down).
+one worker thread, which waits on the client's sockets. The child dies with its parent
+(PR_SET_PDEATHSIG), and shutdown kills its whole process group, so no evcxr, cargo or rustc
+process outlives the kernel (on Linux; elsewhere only a shutdown, not a crash of the
+kernel, takes them down).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import zmq
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"}
-STRAGGLER_GRACE_S = 0.03  # evcxr relays stdout lines from another thread: wait for late ones
+LIVENESS_CHECK_MS = 100  # while nothing arrives, check this often that evcxr is alive
+SETTLE_LIMIT_S = 10  # the longest wait, after the cell's reply, for a line it printed
 INTERRUPT_GRACE_S = 1.5  # after this, an interrupt that evcxr did not honour restarts it
 STARTUP_TIMEOUT_S = 600  # evcxr compiles the prelude crate at its first start in a build directory
 
@@ -140,45 +143,49 @@ class EvcxrChild:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                reply = self._kc.get_shell_msg(timeout=0.1)
+                reply = self._kc.get_shell_msg(timeout=max(deadline - time.monotonic(), 0))
             except queue.Empty:
-                continue
+                break
             if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
                 return reply["content"]
         raise TimeoutError(f"evcxr did not answer a {msg_type} in {timeout} s")
 
-    def execute(self, code: str, emit, silent: bool = False) -> dict:
+    def execute(self, code: str, emit, silent: bool = False, settled=lambda: True) -> dict:
         """Run `code`, pass each output message to `emit(msg_type, content)` in order and
-        return the execute_reply content. Raises ChildRestarted when evcxr died or an
-        interrupt had to restart it."""
+        return the execute_reply content once evcxr said the cell is done and `settled()`
+        (every line the cell printed has come: evcxr relays stdout from another thread).
+        Waits on both sockets at once, no polling. Raises ChildRestarted when evcxr died or
+        an interrupt had to restart it."""
         kc = self._kc
         self._interrupted_at = None
         msg_id = kc.execute(code, silent=silent, store_history=not silent, stop_on_error=False)
-        reply = None
-        idle_at = None
+        poller = zmq.Poller()
+        poller.register(kc.shell_channel.socket, zmq.POLLIN)
+        poller.register(kc.iopub_channel.socket, zmq.POLLIN)
+        reply, idle_at, checked_at = None, None, time.monotonic()
         while True:
-            if reply is None:
-                try:
-                    msg = kc.get_shell_msg(timeout=0)
-                    if msg["parent_header"].get("msg_id") == msg_id:
-                        reply = msg["content"]
-                except queue.Empty:
-                    pass
-            try:
-                msg = kc.get_iopub_msg(timeout=0.01)
-            except queue.Empty:
-                msg = None
-                if reply is not None and idle_at and time.monotonic() - idle_at > STRAGGLER_GRACE_S:
-                    return reply
+            ready = dict(poller.poll(LIVENESS_CHECK_MS))
+            if time.monotonic() - checked_at > LIVENESS_CHECK_MS / 1000:
                 self._check_alive()
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            msg_type = msg["msg_type"]
-            if msg_type == "status" and msg["content"]["execution_state"] == "idle":
-                idle_at = time.monotonic()
-            elif msg_type in OUTPUT_TYPES:
-                emit(msg_type, msg["content"])
+                checked_at = time.monotonic()
+            if kc.shell_channel.socket in ready:
+                msg = kc.shell_channel.get_msg(timeout=0)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    reply = msg["content"]
+            if kc.iopub_channel.socket in ready:
+                msg = kc.iopub_channel.get_msg(timeout=0)
+                if msg["parent_header"].get("msg_id") == msg_id:
+                    msg_type = msg["msg_type"]
+                    if msg_type == "status" and msg["content"]["execution_state"] == "idle":
+                        idle_at = time.monotonic()
+                    elif msg_type in OUTPUT_TYPES:
+                        emit(msg_type, msg["content"])
+            if reply is not None and idle_at is not None:
+                if settled():
+                    return reply
+                if time.monotonic() - idle_at > SETTLE_LIMIT_S:
+                    self.log.warning("a line the cell printed did not arrive in %s s", SETTLE_LIMIT_S)
+                    return reply
 
     def _check_alive(self):
         if not self._km.is_alive():

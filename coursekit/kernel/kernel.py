@@ -153,7 +153,7 @@ class RustPyTorchKernel(IPythonKernel):
                     )
 
         interrupted = False
-        job = self.rust.submit(self.rust.execute, code, emit, silent)
+        job = self.rust.submit(self.rust.execute, code, emit, silent, outputs.settled)
         job.coursekit_started = time.monotonic()
         shown = asyncio.ensure_future(status.show_while(job)) if INTERACTIVE and not silent else None
 

@@ -1,7 +1,9 @@
 """Turning what evcxr sends into Jupyter outputs that every tool understands.
 
-- Marker lines the prelude prints on stdout (`\\x1ecoursekit KIND ARG BODY`) become
-  stderr streams or display_data, in the order the cell printed them.
+- Marker lines the prelude prints on stdout (`\\x1ecoursekit KIND ID ARG BODY`: the
+  cell's print!, eprint!, display_*) become streams or display_data, in the order the cell
+  printed them. The ID of the cell's last one comes as content (LAST_MIME), before the
+  cell's reply: `settled` says whether that line has arrived.
 - What the prelude sends as evcxr content (an execute_result of its own MIME types):
   shared values, and the error that `?` returned from the cell.
 - A panic, which evcxr reports only as stderr text with status "ok" (or, in the course
@@ -23,11 +25,12 @@ OWN_MIME = "application/x-coursekit-"
 PANIC_MIME = OWN_MIME + "panic"  # the prelude's panic hook
 ERROR_MIME = OWN_MIME + "error"  # the error a cell returned with `?`
 SHARE_MIME_PREFIX = OWN_MIME + "share+"  # share(name, value): the name follows, %-escaped
+LAST_MIME = OWN_MIME + "last"  # the ID of the cell's last marker line
 
 
 def _ours(mime: str) -> bool:
     """Content for this kernel (the harness's proof of a passed test stays in the outputs)."""
-    return mime in (PANIC_MIME, ERROR_MIME) or mime.startswith(SHARE_MIME_PREFIX)
+    return mime in (PANIC_MIME, ERROR_MIME, LAST_MIME) or mime.startswith(SHARE_MIME_PREFIX)
 
 
 _PANIC = re.compile(
@@ -56,6 +59,12 @@ class CellOutputs:
     errors: list = field(default_factory=list)
     in_backtrace: bool = False
     returned_error: str | None = None  # what `?` returned from the cell
+    last_line: str | None = None  # the ID of the cell's last marker line (LAST_MIME)
+    seen_line: str | None = None  # the ID of the last marker line that arrived
+
+    def settled(self) -> bool:
+        """Every marker line the cell printed has arrived."""
+        return self.last_line is None or self.seen_line == self.last_line
 
     def translate(self, msg_type: str, content: dict) -> list[tuple[str, dict]]:
         """The messages to publish for one message of the child (maybe none)."""
@@ -72,6 +81,8 @@ class CellOutputs:
                     out.append(("stream", {"name": "stderr", "text": body}))
                 elif mime == ERROR_MIME:  # already shown: its eprintln! line came as stderr
                     self.returned_error = body.strip()
+                elif mime == LAST_MIME:
+                    self.last_line = body.strip()
                 elif mime.startswith(SHARE_MIME_PREFIX):
                     self.shared[unquote(mime.removeprefix(SHARE_MIME_PREFIX))] = body
             return out + [(msg_type, dict(content, data=data))] if data else out
@@ -112,10 +123,12 @@ class CellOutputs:
             stream("stdout", before)
             if not marker:
                 continue
-            kind, _, rest = rest.rstrip("\n").partition(" ")
-            arg, _, body = rest.partition(" ")
+            kind, line_id, arg, body = (rest.rstrip("\n").split(" ", 3) + ["", "", ""])[:4]
+            self.seen_line = line_id
             body = _unescape(body)
-            if kind == "stderr":
+            if kind == "stdout":
+                stream("stdout", body)
+            elif kind == "stderr":
                 self.stderr += body
                 stream("stderr", body)
             elif kind == "display":

@@ -17,10 +17,18 @@ macro_rules! println {
         coursekit_prelude::returned_error();
         ::std::println!("{}", evcxr_internal_runtime::USER_ERROR_OCCURRED)
     }};
-    ($($arg:tt)*) => { ::std::println!($($arg)*) };
+    () => { coursekit_prelude::print_text("\n") };
+    ($($arg:tt)*) => { coursekit_prelude::print_text(&format!("{}\n", format_args!($($arg)*))) };
 }
 
-// eprint!/eprintln! go through the same ordered channel as println! and come out as stderr.
+// print!/println! (above) and eprint!/eprintln! go through the prelude as marker lines, so
+// the kernel shows them in the order the cell printed them and waits for the last one.
+#[allow(unused_macros)]
+macro_rules! print {
+    ($($arg:tt)*) => { coursekit_prelude::print_text(&format!($($arg)*)) };
+}
+
+// eprint!/eprintln! come out as stderr.
 #[allow(unused_macros)]
 macro_rules! eprint {
     ($($arg:tt)*) => { coursekit_prelude::emit("stderr", "-", &format!($($arg)*)) };

@@ -5,13 +5,47 @@
 
 use std::io::Write;
 
-/// Print one marker line `\x1ecoursekit KIND ARG BODY` (BODY escaped onto one line).
+/// Print one marker line `\x1ecoursekit KIND ID ARG BODY` (BODY escaped onto one line),
+/// then the line's ID as content (`LAST_MIME`). evcxr relays stdout lines from another
+/// thread, so a cell's last lines may reach the kernel after evcxr said the cell is done;
+/// content always arrives before that, and a second content of the same MIME type replaces
+/// the first: the kernel learns which line is the cell's last and waits for exactly that.
 #[doc(hidden)]
 pub fn emit(kind: &str, arg: &str, body: &str) {
     let body = escape(body);
+    let id = line_id();
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "\u{1e}coursekit {kind} {arg} {body}");
+    let _ = writeln!(out, "\u{1e}coursekit {kind} {id:016x} {arg} {body}");
+    let _ = write!(out, "EVCXR_BEGIN_CONTENT {LAST_MIME}\n{id:016x}\nEVCXR_END_CONTENT\n");
     let _ = out.flush();
+}
+
+/// The MIME type of the ID of the last marker line a cell printed (see `emit`).
+#[doc(hidden)]
+pub const LAST_MIME: &str = "application/x-coursekit-last";
+
+/// An ID no other line of the process has. Each cell is its own library with its own
+/// copy of this crate (and of std), so no counter is shared between cells: the IDs come
+/// from std's randomly keyed hasher, whose keys change with every `RandomState`.
+fn line_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u8(0);
+    hasher.finish()
+}
+
+/// `print!`/`println!`: text on stdout, as a marker line (ordered with the cell's other
+/// output, waited for). evcxr's own protocol lines (`EVCXR_…`, which its generated code
+/// and `evcxr_display` implementations print) go out as they are.
+#[doc(hidden)]
+pub fn print_text(text: &str) {
+    if text.starts_with("EVCXR_") {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    } else {
+        emit("stdout", "-", text);
+    }
 }
 
 fn escape(body: &str) -> String {
