@@ -16,8 +16,7 @@ pub fn emit(kind: &str, arg: &str, body: &str) {
     let id = line_id();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "\u{1e}coursekit {kind} {id:016x} {arg} {body}");
-    let _ = write!(out, "EVCXR_BEGIN_CONTENT {LAST_MIME}\n{id:016x}\nEVCXR_END_CONTENT\n");
-    let _ = out.flush();
+    write_content(&mut out, LAST_MIME, &format!("{id:016x}"));
 }
 
 /// The MIME type of the ID of the last marker line a cell printed (see `emit`).
@@ -122,7 +121,11 @@ fn report_panic(thread: &str, location: Option<&str>, msg: &str) {
 /// Send `body` as evcxr "content" of the given MIME type: evcxr collects it before it says
 /// the cell is done (stdout lines it relays from another thread could come later).
 fn content(mime: &str, body: &str) {
-    let mut out = std::io::stdout().lock();
+    write_content(&mut std::io::stdout().lock(), mime, body);
+}
+
+/// Write and flush one evcxr content block on a locked stdout.
+fn write_content(out: &mut impl Write, mime: &str, body: &str) {
     let _ = write!(out, "EVCXR_BEGIN_CONTENT {mime}\n{}\nEVCXR_END_CONTENT\n", escape(body));
     let _ = out.flush();
 }
