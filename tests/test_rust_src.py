@@ -98,6 +98,39 @@ def test_a_debian_package_is_unpacked_into_the_cache_and_nothing_else(tmp_path, 
         rust_src.unpack(b"<html>", "1.96.0", "test")
 
 
+def test_the_lean_copy_leaves_out_x86_intrinsics_and_the_library_workspace(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    full = _library(tmp_path / "rustc-1.95.0" / "library")
+    arch = full / "stdarch/crates/core_arch/src"
+    for path, body in {
+        "x86/mod.rs": "mod avx;\npub use self::avx::*;\n",
+        "x86/macros.rs": "macro_rules! m { () => {} }\n",
+        "x86/avx.rs": "pub fn _mm256_add_pd() {}\n",
+        "x86_64/sse41.rs": "pub fn _mm_x() {}\n",
+        "aarch64/neon.rs": "pub fn vaddq() {}\n",
+        "simd.rs": "pub struct Simd;\n",
+    }.items():
+        (arch / path).parent.mkdir(parents=True, exist_ok=True)
+        (arch / path).write_text(body)
+    for name in ("Cargo.toml", "Cargo.lock"):
+        (full / name).write_text("[workspace]\n")
+    sources = rust_src.Sources(full, "1.95.0", "test")
+    library = rust_src.lean(sources)
+    assert rust_src.is_library(library) and rust_src.version_of(library) == "1.95.0"
+    assert library.is_relative_to(rust_src.cache_dir())
+    lean_arch = library / "stdarch/crates/core_arch/src"
+    assert (lean_arch / "x86/avx.rs").read_text() == "" and (lean_arch / "x86_64/sse41.rs").read_text() == ""
+    for kept in ("x86/mod.rs", "x86/macros.rs", "aarch64/neon.rs", "simd.rs"):
+        assert (lean_arch / kept).read_text() == (arch / kept).read_text(), kept
+    assert not (library / "Cargo.toml").exists() and not (library / "Cargo.lock").exists()
+    assert (arch / "x86/avx.rs").read_text() == "pub fn _mm256_add_pd() {}\n", "the sources are untouched"
+    assert (full / "Cargo.toml").is_file() and rust_src.version_of(full) == "1.95.0"
+    (library / "sentinel").write_text("")
+    assert rust_src.lean(sources) == library and (library / "sentinel").exists(), "built once"
+    other = rust_src.lean(rust_src.Sources(_library(tmp_path / "rustc-1.96.0" / "library"), "1.96.0", "t"))
+    assert other != library and rust_src.version_of(other) == "1.96.0"
+
+
 @pytest.mark.full
 def test_fetching_fitting_sources_from_the_debian_archive(tmp_path, monkeypatch):
     """The fallback where rustup cannot download: the real archive, verified, unpacked."""
