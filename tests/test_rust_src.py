@@ -131,6 +131,20 @@ def test_the_lean_copy_leaves_out_x86_intrinsics_and_the_library_workspace(tmp_p
     assert other != library and rust_src.version_of(other) == "1.96.0"
 
 
+def test_without_a_lean_copy_the_kernels_read_the_sources_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    full = _library(tmp_path / "rustc-1.95.0" / "library")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rust_src.shutil, "copytree", full_disk)
+    said = []
+    assert rust_src.lean(rust_src.Sources(full, "1.95.0", "test"), log=said.append) == full
+    assert "No space left on device" in said[0]
+    assert not any((rust_src.cache_dir() / "lean").iterdir()), "nothing half-built is left"
+
+
 @pytest.mark.full
 def test_fetching_fitting_sources_from_the_debian_archive(tmp_path, monkeypatch):
     """The fallback where rustup cannot download: the real archive, verified, unpacked."""

@@ -98,8 +98,9 @@ def ensure_rust_src() -> Path:
     except rust_src.SourcesError as exc:
         raise SetupError(str(exc)) from None
     log(f"Rust standard-library sources {found.version}: {found.origin}")
-    library = rust_src.lean(found)
-    log(f"  the kernels' rust-analyzer reads a lean copy of them: {library}")
+    library = rust_src.lean(found, log)
+    if library != found.library:
+        log(f"  the kernels' rust-analyzer reads a lean copy of them: {library}")
     return library
 
 

@@ -219,14 +219,15 @@ def _link_or_copy(src, dst):
         shutil.copy2(src, dst)
 
 
-def lean(sources: Sources) -> Path:
+def lean(sources: Sources, log=print) -> Path:
     """A copy of `sources` for rust-analyzer that leaves out what no course cell uses: the
     bodies of x86's SIMD intrinsics (8 MB of the ~23 MB of Rust 1.95's sources it reads), and
     library/Cargo.toml and Cargo.lock, whose absence makes rust-analyzer take the standard
     crates by their known paths instead of running `cargo metadata` on the library's
     workspace and loading its external dependencies (gimli, object, hashbrown...).
     Built once per sources, version and LEAN_FORMAT, in the kit's cache; files are
-    hard-linked where the file system allows."""
+    hard-linked where the file system allows. Where it cannot be built (a full disk, say),
+    the sources themselves, which work, only slower."""
     key = hashlib.sha256(f"{sources.library.resolve()}|{sources.version}|{LEAN_FORMAT}".encode()).hexdigest()
     dest = cache_dir() / "lean" / f"{sources.version or 'unknown'}-{key[:12]}"
     if (dest / "library" / "coursekit-rust-src-origin").is_file():  # written last
@@ -250,6 +251,9 @@ def lean(sources: Sources) -> Path:
         (library / "coursekit-rust-src-origin").write_text(f"lean copy of {sources.library}\n")
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)
+    except OSError as exc:
+        log(f"warning: no lean copy of the std sources ({exc}); the kernels read them whole (slower starts)")
+        return sources.library
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest / "library"
