@@ -159,9 +159,10 @@ def _clean(args) -> int:
     import glob
     import shutil
 
-    from .setup import doctor, prewarm, slots
+    from .setup import doctor, prewarm, rust_src, slots
 
     removed = slots.prune(everything=args.all, warm=prewarm.current)
+    removed += rust_src.prune_lean(rust_src.rustc_version())
     if args.all:
         cache = doctor.evcxr_cache()
         removed.append((cache, slots.size(cache)))
@@ -201,7 +202,7 @@ COMMANDS = {
     "next": (_next, "the next unsolved task"),
     "hint": (_hint, "a hint for a task: a nudge first, then a stronger one"),
     "solution": (_solution, "a task's reference solution, once the task passes"),
-    "clean": (_clean, "remove build directories and caches that are not needed (or all, with --all)"),
+    "clean": (_clean, "remove build directories and caches that are not needed (with --all, the warm ones too)"),
     "grade": (_grade, "autograde a folder (or LMS zips) of submissions, sandboxed and in parallel"),
     "cheatsheet": (_cheatsheet, "regenerate or check the PyTorch → Rust cheat-sheet (course/02_tensors)"),
 }

@@ -130,6 +130,12 @@ def test_the_lean_copy_leaves_out_x86_intrinsics_and_the_library_workspace(tmp_p
     other = rust_src.lean(rust_src.Sources(_library(tmp_path / "rustc-1.96.0" / "library"), "1.96.0", "t"))
     assert other != library and rust_src.version_of(other) == "1.96.0"
 
+    old = rust_src.lean(rust_src.Sources(_library(tmp_path / "rustc-1.90.0" / "library"), "1.90.0", "t"))
+    (old.parent.parent / ".lean-half-built").mkdir()
+    removed = [path for path, _ in rust_src.prune_lean("1.95.0")]
+    assert sorted(removed) == sorted([old.parent, old.parent.parent / ".lean-half-built"])
+    assert rust_src.is_library(library) and rust_src.is_library(other), "copies that fit are kept"
+
 
 def test_without_a_lean_copy_the_kernels_read_the_sources_whole(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

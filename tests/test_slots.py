@@ -1,4 +1,5 @@
-"""Warm build directories: a bounded pool, pruned by `coursekit clean` (quick tier)."""
+"""Warm build directories: a bounded pool, pruned by `coursekit clean` with stale lean std
+sources (quick tier)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 from conftest import ROOT
-from coursekit.setup import prewarm, slots
+from coursekit.setup import prewarm, rust_src, slots
 
 
 def test_the_pool_is_bounded_and_overflow_uses_evcxrs_own_directory(tmp_path, monkeypatch):
@@ -27,6 +28,11 @@ def test_clean_removes_overflow_and_stale_directories_but_not_busy_ones(tmp_path
         (pool / f"slot-{name}" / "target").mkdir(parents=True)
         (pool / f"slot-{name}" / "target" / "lib.rlib").write_bytes(b"x" * 5000)
     (pool / "slot-grade" / prewarm.STAMP).write_text(json.dumps({"tch": "an old key"}))
+    lean = tmp_path / "coursekit" / "rust-src" / "lean"
+    for copy, version in (("old", "1.80.0"), ("current", rust_src.rustc_version())):
+        (lean / copy / "library" / "core" / "src").mkdir(parents=True)
+        (lean / copy / "library" / "core" / "src" / "lib.rs").write_text("")
+        (lean / copy / "library" / rust_src.VERSION_FILE).write_text(version)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     busy = subprocess.Popen(  # a kernel holding overflow directory 4
         [
@@ -53,5 +59,6 @@ def test_clean_removes_overflow_and_stale_directories_but_not_busy_ones(tmp_path
         left = sorted(p.name for p in pool.glob("slot-*"))
         assert left == ["slot-0", "slot-1", "slot-4"], result.stdout
         assert "removed" in result.stdout and "slot-grade" in result.stdout and "freed" in result.stdout
+        assert sorted(p.name for p in lean.iterdir()) == ["current"], "std sources of an older Rust go"
     finally:
         busy.kill()

@@ -259,6 +259,20 @@ def lean(sources: Sources, log=print) -> Path:
     return dest / "library"
 
 
+def prune_lean(rustc: str) -> list[tuple[Path, int]]:
+    """Remove the lean copies whose sources no longer fit rustc (left by an older toolchain);
+    returns what was removed and its size (`coursekit clean`)."""
+    from .slots import size
+
+    removed = []
+    for copy in sorted((cache_dir() / "lean").glob("*")):
+        have = version_of(copy / "library") if is_library(copy / "library") else None
+        if have is None or not fits(have, rustc):
+            removed.append((copy, size(copy)))
+            shutil.rmtree(copy, ignore_errors=True)
+    return removed
+
+
 # -- the Debian archive ------------------------------------------------------------------
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 (https URL of the archive)
