@@ -202,7 +202,7 @@ COMMANDS = {
     "next": (_next, "the next unsolved task"),
     "hint": (_hint, "a hint for a task: a nudge first, then a stronger one"),
     "solution": (_solution, "a task's reference solution, once the task passes"),
-    "clean": (_clean, "remove build directories and caches that are not needed (with --all, the warm ones too)"),
+    "clean": (_clean, "remove build directories and caches no kernel needs (--all: the warm ones too)"),
     "grade": (_grade, "autograde a folder (or LMS zips) of submissions, sandboxed and in parallel"),
     "cheatsheet": (_cheatsheet, "regenerate or check the PyTorch → Rust cheat-sheet (course/02_tensors)"),
 }
