@@ -89,7 +89,7 @@ def test_a_debian_package_is_unpacked_into_the_cache_and_nothing_else(tmp_path, 
     assert found.library == tmp_path / "cache" / "coursekit" / "rust-src" / "1.96.0" / "library"
     assert sorted(p.name for p in found.library.iterdir()) == [
         "core",
-        "coursekit-rust-src-origin",
+        rust_src.ORIGIN_FILE,
         rust_src.VERSION_FILE,
         "std",
     ]

@@ -32,6 +32,7 @@ rustc never reads these sources: it compiles against the toolchain's own std.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import lzma
@@ -54,6 +55,7 @@ SUITES = ("trixie-backports", "bookworm-backports", "trixie", "forky", "sid")
 PACKAGES = ("rust-src", "rust-web-src")
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 VERSION_FILE = "coursekit-rust-src-version"
+ORIGIN_FILE = "coursekit-rust-src-origin"  # written last: a folder with it is complete
 LEAN_FORMAT = "1"  # bump when lean() changes what it leaves out
 # Intrinsics modules of core::arch for x86: their files are emptied, their mod.rs and
 # macros.rs kept, so `core::arch::x86_64` still exists (as an almost empty module).
@@ -212,6 +214,29 @@ def ensure(log=print, rustc: str | None = None) -> Sources:
     )
 
 
+@contextlib.contextmanager
+def _building(dest: Path):
+    """A new folder beside `dest` to build in; it replaces `dest` when the block ends without
+    error, and is removed otherwise, so `dest` is never seen half-built."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        yield tmp
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _mark(library: Path, version: str | None, origin: str) -> None:
+    """The kit's marker files (version_of reads the first); replaced, never written through,
+    as they may be hard links to the sources' own."""
+    for name, text in ((VERSION_FILE, version), (ORIGIN_FILE, origin)):
+        (library / name).unlink(missing_ok=True)
+        if text:
+            (library / name).write_text(text + "\n")
+
+
 def _link_or_copy(src, dst):
     try:
         os.link(src, dst)  # the same bytes, no second copy on disk
@@ -230,32 +255,23 @@ def lean(sources: Sources, log=print) -> Path:
     the sources themselves, which work, only slower."""
     key = hashlib.sha256(f"{sources.library.resolve()}|{sources.version}|{LEAN_FORMAT}".encode()).hexdigest()
     dest = cache_dir() / "lean" / f"{sources.version or 'unknown'}-{key[:12]}"
-    if (dest / "library" / "coursekit-rust-src-origin").is_file():  # written last
+    if (dest / "library" / ORIGIN_FILE).is_file():
         return dest / "library"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".lean-", dir=dest.parent))
     try:
-        library = tmp / "library"
-        shutil.copytree(sources.library, library, symlinks=True, copy_function=_link_or_copy)
-        for name in ("Cargo.toml", "Cargo.lock"):
-            (library / name).unlink(missing_ok=True)
-        for folder in INTRINSICS:
-            for f in (library / folder).glob("*.rs"):
-                if f.name not in KEEP:
-                    f.unlink()  # a hard link: never write through it
-                    f.write_text("")
-        (library / VERSION_FILE).unlink(missing_ok=True)
-        if sources.version:
-            (library / VERSION_FILE).write_text(f"{sources.version}\n")
-        (library / "coursekit-rust-src-origin").unlink(missing_ok=True)
-        (library / "coursekit-rust-src-origin").write_text(f"lean copy of {sources.library}\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
+        with _building(dest) as tmp:
+            library = tmp / "library"
+            shutil.copytree(sources.library, library, symlinks=True, copy_function=_link_or_copy)
+            for name in ("Cargo.toml", "Cargo.lock"):
+                (library / name).unlink(missing_ok=True)
+            for folder in INTRINSICS:
+                for f in (library / folder).glob("*.rs"):
+                    if f.name not in KEEP:
+                        f.unlink()  # a hard link: never write through it
+                        f.write_text("")
+            _mark(library, sources.version, f"lean copy of {sources.library}")
     except OSError as exc:
         log(f"warning: no lean copy of the std sources ({exc}); the kernels read them whole (slower starts)")
         return sources.library
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return dest / "library"
 
 
@@ -374,9 +390,7 @@ def unpack(deb: bytes, version: str, origin: str) -> Sources:
     if name is None:
         raise SourcesError("the package has no data.tar member")
     dest = cache_dir() / version
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=dest.parent))
-    try:
+    with _building(dest) as tmp:
         with tarfile.open(fileobj=io.BytesIO(members[name])) as tar:
             prefix = re.compile(r"^\.?/?usr/src/rustc-[^/]+/library/")
             picked = []
@@ -388,10 +402,5 @@ def unpack(deb: bytes, version: str, origin: str) -> Sources:
         library = tmp / "library"
         if not is_library(library):
             raise SourcesError("the package holds no library/core/src/lib.rs")
-        (library / VERSION_FILE).write_text(version + "\n")
-        (library / "coursekit-rust-src-origin").write_text(origin + "\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _mark(library, version, origin)
     return Sources(dest / "library", version, f"Debian's package, unpacked into {dest} ({origin})")
