@@ -310,6 +310,25 @@ def test_values_cross_between_languages(kernel):
     assert out == '[0.0, 1.0, 2.0, 3.0, 4.0, 5.0] [2, 3] 4 ["a", "b"]\n'
 
 
+def test_a_large_array_reaches_rust_exactly_and_quickly(kernel):
+    """50,000 floats, the awkward ones included, arrive bit for bit (evcxr took a minute to
+    read a `vec![…]` literal of half as many)."""
+    kernel.run(
+        "%%python\nimport numpy as np\n"
+        "big = np.random.default_rng(0).standard_normal((250, 200)).astype('float32')\n"
+        "big[0, :5] = [np.nan, -0.0, 1e-45, np.inf, -np.inf]\nto_rust('big', big)"
+    )
+    started = time.monotonic()
+    out = kernel.stdout(
+        "let bits: Vec<u32> = big.iter().map(|x| x.to_bits()).collect();\n"
+        'share("bits", &bits);\nprintln!("{:?} {}", big_shape, big.len());'
+    )
+    assert out == "[250, 200] 50000\n"
+    assert time.monotonic() - started < 60, "the binding and one cell took over a minute"
+    same = kernel.stdout("%%python\nprint(rust.bits == big.view('uint32').ravel().tolist())")
+    assert same == "True\n"
+
+
 def test_matplotlib_and_torch_in_python_cells(kernel):
     reply, outputs = kernel.run(
         "%%python\nimport torch\nimport matplotlib.pyplot as plt\n"

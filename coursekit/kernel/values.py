@@ -185,15 +185,18 @@ def rust_binding(name: str, value) -> str:
     if hasattr(value, "detach"):  # torch.Tensor
         value = value.detach().cpu().numpy()
     if hasattr(value, "shape") and hasattr(value, "ravel"):  # numpy array
-        flat = value.ravel().tolist()
-        if len(flat) > MAX_ELEMENTS:
+        if value.size > MAX_ELEMENTS:
             raise ValueError(
-                f"{name!r} has {len(flat)} elements; pass more than {MAX_ELEMENTS} through a "
+                f"{name!r} has {value.size} elements; pass more than {MAX_ELEMENTS} through a "
                 "safetensors file (see course/00_welcome.ipynb)"
             )
-        data = ", ".join(_float(float(x), "f32") for x in flat)
+        # each element's f32 bits as 8 hex digits, decoded by the prelude (see f32s_from_hex)
+        data = value.astype(">f4").tobytes().hex()
         shape = ", ".join(str(d) for d in value.shape)
-        return f"let {name}: Vec<f32> = vec![{data}];\nlet {name}_shape: Vec<usize> = vec![{shape}];"
+        return (
+            f'let {name}: Vec<f32> = coursekit_prelude::f32s_from_hex("{data}");\n'
+            f"let {name}_shape: Vec<usize> = vec![{shape}];"
+        )
     rust_type, literal = _literal(value)
     if literal.count(",") >= MAX_ELEMENTS:
         raise ValueError(f"{name!r} is too large to send as a literal; use a safetensors file")

@@ -140,6 +140,16 @@ pub fn catch_panic<R>(f: impl FnOnce() -> R) -> Option<String> {
     Some(panic_message(&*result.err()?))
 }
 
+/// The f32 values whose bit patterns `hex` holds, 8 hex digits each: how `to_rust` sends
+/// an array (exact, and one string token where a `vec![…]` literal of thousands of numbers
+/// kept evcxr's analyzer busy for seconds to minutes).
+#[doc(hidden)]
+pub fn f32s_from_hex(hex: &str) -> Vec<f32> {
+    let digits = |c: &[u8]| std::str::from_utf8(c).ok().and_then(|c| u32::from_str_radix(c, 16).ok());
+    let bits = hex.as_bytes().chunks(8).map(|c| digits(c).expect("8 hex digits per f32"));
+    bits.map(f32::from_bits).collect()
+}
+
 /// Show HTML (a table, a styled message) in the cell's output.
 pub fn display_html(html: &str) {
     emit("display", "text/html", html);
