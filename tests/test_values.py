@@ -59,8 +59,11 @@ def test_rust_binding_scalars_and_lists():
 
 
 def test_rust_binding_arrays_and_tensors():
-    bits = "00000000" "3f800000" "40000000" "40400000"  # 0.0, 1.0, 2.0, 3.0 as f32
-    expected = f'let t: Vec<f32> = coursekit_prelude::f32s_from_hex("{bits}");\nlet t_shape: Vec<usize> = vec![2, 2];'
+    bits = "000000003f8000004000000040400000"  # 0.0, 1.0, 2.0, 3.0 as f32
+    expected = (
+        f'let t: Vec<f32> = coursekit_prelude::f32s_from_hex("{bits}");\n'
+        "let t_shape: Vec<usize> = vec![2, 2];"
+    )
     assert rust_binding("t", torch.arange(4.0).reshape(2, 2)) == expected
     assert rust_binding("t", np.arange(4, dtype=np.float32).reshape(2, 2)) == expected
     transposed = rust_binding("t", np.array([[0.0, 2.0], [1.0, 3.0]]).T)  # row-major order
