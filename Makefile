@@ -41,8 +41,8 @@ doctor: $(STAMP)
 	$(PY) -m coursekit doctor
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check --no-cache coursekit tests ship conftest.py nbgrader_config.py
-	$(VENV)/bin/ruff format --check --no-cache coursekit tests ship conftest.py nbgrader_config.py
+	$(VENV)/bin/ruff check --no-cache coursekit tests ship bench conftest.py nbgrader_config.py
+	$(VENV)/bin/ruff format --check --no-cache coursekit tests ship bench conftest.py nbgrader_config.py
 
 # Re-resolve the lock after editing requirements.txt.
 # Lock with the oldest Python the kit supports, Debian 12's own (tests/test_structure.py checks

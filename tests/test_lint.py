@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import ROOT
 
 RUFF = str(Path(sys.executable).parent / "ruff")
-PATHS = ["coursekit", "tests", "ship", "conftest.py", "nbgrader_config.py"]
+PATHS = ["coursekit", "tests", "ship", "bench", "conftest.py", "nbgrader_config.py"]
 
 
 def test_ruff_check():
