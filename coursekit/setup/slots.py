@@ -12,7 +12,11 @@ directory (removed when evcxr exits). `coursekit clean` prunes what is not neede
 The pool's cargo configuration compiles each cell's own crate without optimisation (the
 frameworks, which do the numerical work, stay at opt-level 2): Burn's and DFDX's generic
 code is instantiated in the cell's crate, and optimising it made a small Burn cell take
-5.0 s instead of 2.2 s (bench/results.md has the current figures).
+5.0 s instead of 2.2 s (bench/results.md has the current figures). Even opt-level 1 does not
+pay: on 2026-12-04 it ran course/05_porting/03_burn.ipynb's ResNet cells 2-4 times faster
+but compiled course/04_training/03_burn.ipynb's cells 4-5 times slower (a typical cell 4-6 s
+became 18-30 s). What must run fast is compiled with optimisation where it is measured
+(content/measure.py).
 """
 
 from __future__ import annotations
