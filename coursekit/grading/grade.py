@@ -680,7 +680,7 @@ class _Local:
 
 def ensure_template_slot(assignments: set[str]) -> None:
     """The sandboxes' build directory: warm for every framework these assignments use."""
-    from ..setup.prewarm import is_warm, warm
+    from ..setup.prewarm import is_warm, run_cells, warm
 
     used = set()
     for a in assignments:
@@ -693,11 +693,14 @@ def ensure_template_slot(assignments: set[str]) -> None:
                 if line.startswith(":dep")
             }
             used |= {fw for fw in pins.frameworks() if set(pins.dep_lines(fw)) <= deps}
-    for fw in sorted(used):
-        if not is_warm(GRADE_SLOT, fw):
-            print(f"[grade] compiling {fw} for the sandboxes (once)", flush=True)
-            warm(GRADE_SLOT, fw)
-    (slots.pool_dir() / f"slot-{GRADE_SLOT}").mkdir(parents=True, exist_ok=True)
+    cold = [fw for fw in sorted(used) if not is_warm(GRADE_SLOT, fw)]
+    for fw in cold:
+        print(f"[grade] compiling {fw} for the sandboxes (once)", flush=True)
+        warm(GRADE_SLOT, fw)
+    if not cold:
+        # The sandboxes cannot rebuild what they find compiled here: a kernel started here
+        # brings the course's prelude crate up to date (after a fresh checkout or an edit).
+        run_cells(["()"], slot=GRADE_SLOT)
 
 
 def preflight(settings: Settings) -> list[str]:
