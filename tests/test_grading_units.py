@@ -4,6 +4,7 @@ and user, and cgroup v2 set-up (issue: grading never lies)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zipfile
 from pathlib import Path
@@ -268,3 +269,32 @@ def test_checks_reuse_a_released_template_until_what_it_is_made_of_changes(tmp_p
     assert sorted(p.name for p in cache.iterdir()) == sorted([first.name, changed.name]), "no leftovers"
     batch = grade.Templates(tmp_path / "run4").get("01_rust", NB)  # grading: nothing kept
     assert batch.parent == tmp_path / "run4" and len(made) == 3
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "command"])
+def test_nbgrader_runs_in_its_course_and_is_killed_with_what_it_started(tmp_path, monkeypatch, forked):
+    """Both ways of running nbgrader (forked from the preloaded server, or the `nbgrader`
+    command where a Dask worker may not fork): the course's configuration and the job's
+    environment apply, output and exit status come back, and at the backstop timeout nbgrader
+    is killed together with the processes it started."""
+    if not forked:
+        monkeypatch.setattr(grade.multiprocessing, "current_process", lambda: type("P", (), {"daemon": True}))
+    (tmp_path / "nbgrader_config.py").write_text(
+        "import os, subprocess, time\n"
+        "print('config read with', os.environ['COURSEKIT_TEST_VALUE'], flush=True)\n"
+        "if os.environ['COURSEKIT_TEST_VALUE'] == 'hang':\n"
+        "    open('child.pid', 'w').write(str(subprocess.Popen(['sleep', '600']).pid))\n"
+        "    time.sleep(600)\n"
+    )
+    ran = grade.run_nbgrader(tmp_path, ["db", "student", "list"], {"COURSEKIT_TEST_VALUE": "ok"}, timeout=120)
+    assert ran.returncode == 0, ran.stdout
+    assert "config read with ok" in ran.stdout
+    stuck = grade.run_nbgrader(
+        tmp_path, ["db", "student", "list"], {"COURSEKIT_TEST_VALUE": "hang"}, timeout=8
+    )
+    assert stuck.returncode == -9 and "timed out after 8 s" in stuck.stdout
+    child = int((tmp_path / "child.pid").read_text())
+    psutil = pytest.importorskip("psutil")
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(child).wait(timeout=10)  # reaped by whoever adopted it
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
