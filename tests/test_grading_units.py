@@ -298,3 +298,21 @@ def test_nbgrader_runs_in_its_course_and_is_killed_with_what_it_started(tmp_path
     with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(child).wait(timeout=10)  # reaped by whoever adopted it
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_kernel_that_could_not_start_is_the_graders_error_not_a_zero():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("fn f() {}"), nbformat.v4.new_code_cell("f()")]
+    nb.cells[1].outputs = [
+        nbformat.v4.new_output("error", ename="RustPanic", evalue="assertion failed", traceback=[])
+    ]
+    assert grade.kernel_unavailable(nb) is None  # the submission's own failure
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output(
+            "error",
+            ename="RuntimeError",
+            evalue="the Rust kernel is unavailable: Kernel died before replying to kernel_info",
+            traceback=[],
+        )
+    ]
+    assert "Kernel died before replying" in grade.kernel_unavailable(nb)

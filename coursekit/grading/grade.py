@@ -54,7 +54,7 @@ import nbformat
 
 from .. import pins
 from ..content.notebooks import split_python
-from ..kernel.outputs import ANSI
+from ..kernel.outputs import ANSI, UNAVAILABLE
 from ..pins import ROOT
 from ..setup import slots
 from . import harness, sandbox, submission
@@ -281,11 +281,17 @@ def run_nbgrader(course: Path, args: list[str], env: dict, timeout: float) -> su
     Each call is its own process in its own session (killed with everything it started at
     `timeout`), forked from a server that imported nbgrader and the harness once, which
     saves the 2 s of imports a fresh `nbgrader` pays twice per job; no job's state reaches
-    another, since each is forked from the same freshly imported state. Where this process may
-    not have children of its own (a Dask worker), the `nbgrader` command runs instead."""
+    another, since each is forked from the same freshly imported state. Where that cannot be
+    done safely, the `nbgrader` command runs instead: in a process that may not have children
+    of its own (a Dask worker), and when this program is a script that each fork would import
+    again (multiprocessing runs a `__main__` module's top level in its children unless it was
+    started with `python -m`)."""
     bin_dir = Path(sys.executable).parent
     full_env = {**os.environ, **env, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if multiprocessing.current_process().daemon:
+    main = sys.modules.get("__main__")
+    by_name = getattr(getattr(main, "__spec__", None), "name", "") or ""
+    forkable = by_name.endswith("__main__") or not hasattr(main, "__file__")
+    if multiprocessing.current_process().daemon or not forkable:
         proc = subprocess.Popen(
             [str(bin_dir / "nbgrader"), *args],
             cwd=course,
@@ -402,6 +408,16 @@ def _messages(nb: nbformat.NotebookNode) -> dict[str, str]:
                 )
                 found[gid] = f"{out.get('ename')}: {evalue}".strip()
     return found
+
+
+def kernel_unavailable(nb: nbformat.NotebookNode) -> str | None:
+    """Why evcxr could not start in this graded run, if it could not: a fault of the grader's
+    set-up (a stale build directory, a missing binary), which no submission's score may hide."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and str(out.get("evalue", "")).startswith(UNAVAILABLE):
+                return _tail(ANSI.sub("", str(out["evalue"])), 300)
+    return None
 
 
 def _answer_errors(nb: nbformat.NotebookNode) -> dict[str, str]:
@@ -597,6 +613,8 @@ def _read_scores(record: Record, course: Path, sub: Submission) -> None:
     graded = nbformat.read(autograded, as_version=4) if autograded.is_file() else None
     messages = _messages(graded) if graded else {}
     record.answers = _answer_errors(graded) if graded else {}
+    if graded and (why := kernel_unavailable(graded)):  # not the submission's doing: say so
+        record.error, record.status = f"the grader could not start Rust: {why}", "grader error"
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         try:
             nb = gb.find_submission_notebook(stem, sub.assignment, NBGRADER_STUDENT)

@@ -24,7 +24,7 @@ from .. import pins
 from ..content.notebooks import LANGUAGE_INFO, split_python
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
-from .outputs import LOST, CellOutputs, error_output
+from .outputs import LOST, UNAVAILABLE, CellOutputs, error_output
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
 NOT_RUN = "Rust was still starting or loading the notebook's crates; your variables are kept"
@@ -182,7 +182,7 @@ class RustPyTorchKernel(IPythonKernel):
             status.clear()
             return {
                 "ename": type(exc).__name__,
-                "evalue": f"the Rust kernel is unavailable: {exc}",
+                "evalue": f"{UNAVAILABLE}: {exc}",
                 "traceback": [f"Rust kernel unavailable: {exc!r}. Run `coursekit doctor`."],
             }
         finally:

@@ -170,6 +170,7 @@ def _lines(text: str) -> list[str]:
     return [line for line in re.split(r"(?<=\n)", text) if line]
 
 
+UNAVAILABLE = "the Rust kernel is unavailable"  # evcxr could not start (the grader's fault)
 LOST = "the Rust process restarted and all Rust variables were lost (items such as fn and struct remain)"
 
 
