@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import pins
@@ -276,10 +277,14 @@ def write_stand_ins() -> None:
 
 
 def setup(purpose: str = "learner") -> None:
-    """Everything but the prewarm (setup/prewarm.py), which needs the kernels written here."""
-    ensure_system_packages(purpose)
-    std_sources = ensure_rust_src()
-    evcxr = ensure_evcxr()
+    """Everything but the prewarm (setup/prewarm.py), which needs the kernels written here.
+    evcxr_jupyter compiles (minutes of CPU on a fresh machine) while the Debian packages and
+    the standard-library sources download."""
+    with ThreadPoolExecutor(1) as building:
+        evcxr_built = building.submit(ensure_evcxr)
+        ensure_system_packages(purpose)
+        std_sources = ensure_rust_src()
+        evcxr = evcxr_built.result()
     write_evcxr_config()
     write_kernelspecs(evcxr, std_sources)
     write_lab_settings()
