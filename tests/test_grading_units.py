@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import zipfile
 from pathlib import Path
 
@@ -278,7 +279,7 @@ def test_nbgrader_runs_in_its_course_and_is_killed_with_what_it_started(tmp_path
     environment apply, output and exit status come back, and at the backstop timeout nbgrader
     is killed together with the processes it started."""
     if not forked:
-        monkeypatch.setattr(grade.multiprocessing, "current_process", lambda: type("P", (), {"daemon": True}))
+        monkeypatch.setattr(grade, "_forkable", lambda: False)
     (tmp_path / "nbgrader_config.py").write_text(
         "import os, subprocess, time\n"
         "print('config read with', os.environ['COURSEKIT_TEST_VALUE'], flush=True)\n"
@@ -316,3 +317,19 @@ def test_a_kernel_that_could_not_start_is_the_graders_error_not_a_zero():
         )
     ]
     assert "Kernel died before replying" in grade.kernel_unavailable(nb)
+
+
+def test_nbgrader_is_forked_only_where_the_main_module_is_not_run_again(monkeypatch):
+    """multiprocessing imports a script's `__main__` again in each child (its top level would
+    grade again): a script gets the `nbgrader` command, `python -m` and interactive use fork."""
+    import types
+
+    script = types.ModuleType("__main__")
+    script.__file__, script.__spec__ = "/home/teacher/grade_all.py", None
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert not grade._forkable()
+    script.__spec__ = types.SimpleNamespace(name="coursekit.__main__")
+    assert grade._forkable()
+    del script.__file__
+    script.__spec__ = None
+    assert grade._forkable()
