@@ -212,7 +212,9 @@ def _interrupt_latency(session: KernelSession, code: str) -> tuple[float, dict]:
     started = time.monotonic()
     session.km.interrupt_kernel()
     reply = session.reply(msg_id, timeout=30)
-    return time.monotonic() - started, reply
+    latency = time.monotonic() - started
+    session.wait_idle(msg_id)
+    return latency, reply
 
 
 def test_interrupt_stops_a_rust_loop_within_2s(kernel):
@@ -398,6 +400,7 @@ def _interrupted_while_queued(session: KernelSession) -> dict:
     started = time.monotonic()
     reply = session.reply(msg_id, timeout=60)
     assert time.monotonic() - started < 5, "the interrupt was not honoured at once"
+    session.wait_idle(msg_id)
     return reply
 
 

@@ -92,6 +92,18 @@ class KernelSession:
                 outputs.append((msg["msg_type"], msg["content"]))
         return Ran(self.reply(msg_id, timeout=60), outputs)
 
+    def wait_idle(self, msg_id: str, timeout: float = 60) -> None:
+        """Until the kernel is idle after request `msg_id`. ipykernel replies to a failed cell
+        before it aborts the requests queued behind it: one sent earlier would be aborted."""
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            if (
+                msg["parent_header"].get("msg_id") == msg_id
+                and msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"
+            ):
+                return
+
     def reply(self, msg_id: str, timeout: float = 60) -> dict:
         while True:
             msg = self.kc.get_shell_msg(timeout=timeout)
