@@ -343,25 +343,25 @@ BINDER_RUNS = {
 }
 
 
-def _limited_cgroups(name: str) -> list[Path]:
-    """Cgroups (v1 or v2) holding Binder's memory and CPU limits, created for `name`."""
+def _limited_cgroups(name: str, memory: int = BINDER_MEMORY) -> list[Path]:
+    """Cgroups (v1 or v2) holding Binder's memory (or `memory`) and CPU limits, for `name`."""
     from .grading.sandbox import CGROUP, _enable_v2_controllers, _v2
 
     if _v2():
         _enable_v2_controllers(CGROUP / "coursekit")
         d = CGROUP / "coursekit" / name
         d.mkdir(parents=True)
-        (d / "memory.max").write_text(str(BINDER_MEMORY))
+        (d / "memory.max").write_text(str(memory))
         (d / "memory.swap.max").write_text("0")
         with contextlib.suppress(OSError):  # the cpu controller may not be delegated
             (d / "cpu.max").write_text("100000 100000")
         return [d]
-    memory, cpu = CGROUP / "memory" / "coursekit" / name, CGROUP / "cpu" / "coursekit" / name
+    limit, memory, cpu = memory, CGROUP / "memory" / "coursekit" / name, CGROUP / "cpu" / "coursekit" / name
     for d in (memory, cpu):
         d.mkdir(parents=True)
-    (memory / "memory.limit_in_bytes").write_text(str(BINDER_MEMORY))
+    (memory / "memory.limit_in_bytes").write_text(str(limit))
     with contextlib.suppress(OSError):
-        (memory / "memory.memsw.limit_in_bytes").write_text(str(BINDER_MEMORY))
+        (memory / "memory.memsw.limit_in_bytes").write_text(str(limit))
     (cpu / "cpu.cfs_period_us").write_text("100000")
     (cpu / "cpu.cfs_quota_us").write_text("100000")
     return [memory, cpu]
@@ -391,69 +391,96 @@ def _joining(groups: list[Path]):
     return join
 
 
+# What holds a notebook's memory, by process (the name, or for Python the module it runs).
+MEMORY_PARTS = {
+    "evcxr and its rust-analyzer": lambda name, argv: name.startswith("evcxr"),
+    "the kernels' IPython and PyTorch": lambda name, argv: "coursekit.kernel" in argv,
+    "cargo, rustc and linkers": lambda name, argv: name in LINKERS or name.startswith(("rustc", "cargo")),
+}
+
+
+def _memory_part(proc) -> str:
+    name, argv = proc.name(), " ".join(proc.cmdline())
+    return next((part for part, match in MEMORY_PARTS.items() if match(name, argv)), "the rest")
+
+
 def bench_binder(scratch: Path, runs: dict[str, list[str]] = BINDER_RUNS) -> dict:
     """Each run (lessons are run, others checked) in a cgroup with Binder's limits: did it
     run, how long, its memory peak (the cgroup's, page cache included, and the largest sum of
-    its processes' RSS) and the OOM kills."""
-    import psutil
-
+    its processes' RSS), the OOM kills, and what held the memory at the largest sum of PSS
+    (shared pages split between the processes sharing them). A run that did not fit runs again
+    without the memory limit, to show what it needs."""
     results = {}
     for label, paths in runs.items():
-        name = f"bench-binder-{os.getpid()}-{len(results)}"
-        groups = _limited_cgroups(name)
-        procs = []
-        started = time.monotonic()
-        for rel in paths:
-            copy = scratch / "binder" / rel  # a copy: `coursekit run` saves in place
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(ROOT / rel, copy)
-            verb = "run" if rel.startswith("course/") else "check"
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "coursekit", verb, str(copy)],
-                    cwd=ROOT,
-                    env=dict(os.environ, COURSEKIT_STATE=str(scratch / "binder" / "progress.json")),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    preexec_fn=_joining(groups),
-                )
-            )
-        rss_peak = 0
-        while any(p.poll() is None for p in procs):
-            tree = []
-            for p in procs:
-                with contextlib.suppress(psutil.Error):
-                    root = psutil.Process(p.pid)
-                    tree += [root, *root.children(recursive=True)]
-            rss = 0
-            for proc in tree:
-                with contextlib.suppress(psutil.Error):
-                    rss += proc.memory_info().rss
-            rss_peak = max(rss_peak, rss)
-            time.sleep(0.5)
-        seconds = time.monotonic() - started
-        outputs = [p.stdout.read() for p in procs]
-        peak, kills = _cgroup_peak(groups)
-        for g in groups:  # what a kernel left behind goes too
-            with contextlib.suppress(OSError):
-                for pid in (g / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), 9)
-                time.sleep(0.5)
-                g.rmdir()
-        # `check` of an unsolved exercise exits 1 with its verdicts: it ran if it printed them
-        ran = [p.returncode == 0 or "tasks pass" in out for p, out in zip(procs, outputs, strict=True)]
-        results[label] = {
-            "ran": all(ran),
-            "seconds": seconds,
-            "cgroup_peak_bytes": peak,
-            "rss_peak_bytes": rss_peak,
-            "oom_kills": kills,
-            "tail": "" if all(ran) else "\n".join(out[-1500:] for out in outputs),
-        }
+        results[label] = _binder_run(scratch, paths, BINDER_MEMORY)
         print(f"[bench] binder: {label}: {results[label]}", flush=True)
+        if results[label]["oom_kills"]:
+            unlimited = f"{label}, without the memory limit"
+            results[unlimited] = _binder_run(scratch, paths, 64 << 30)
+            print(f"[bench] binder: {unlimited}: {results[unlimited]}", flush=True)
     return results
+
+
+def _binder_run(scratch: Path, paths: list[str], memory: int) -> dict:
+    import psutil
+
+    groups = _limited_cgroups(f"bench-binder-{os.getpid()}-{time.monotonic_ns()}", memory)
+    procs = []
+    started = time.monotonic()
+    for rel in paths:
+        copy = scratch / "binder" / rel  # a copy: `coursekit run` saves in place
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, copy)
+        verb = "run" if rel.startswith("course/") else "check"
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "coursekit", verb, str(copy)],
+                cwd=ROOT,
+                env=dict(os.environ, COURSEKIT_STATE=str(scratch / "binder" / "progress.json")),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                preexec_fn=_joining(groups),
+            )
+        )
+    rss_peak, pss_peak, parts = 0, 0, {}
+    while any(p.poll() is None for p in procs):
+        tree = []
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(p.pid)
+                tree += [root, *root.children(recursive=True)]
+        rss, pss = 0, dict.fromkeys([*MEMORY_PARTS, "the rest"], 0)
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                memory_info = proc.memory_full_info()
+                rss += memory_info.rss
+                pss[_memory_part(proc)] += memory_info.pss
+        rss_peak = max(rss_peak, rss)
+        if sum(pss.values()) > pss_peak:
+            pss_peak, parts = sum(pss.values()), pss
+        time.sleep(0.5)
+    seconds = time.monotonic() - started
+    outputs = [p.stdout.read() for p in procs]
+    peak, kills = _cgroup_peak(groups)
+    for g in groups:  # what a kernel left behind goes too
+        with contextlib.suppress(OSError):
+            for pid in (g / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), 9)
+            time.sleep(0.5)
+            g.rmdir()
+    # `check` of an unsolved exercise exits 1 with its verdicts: it ran if it printed them
+    ran = [p.returncode == 0 or "tasks pass" in out for p, out in zip(procs, outputs, strict=True)]
+    return {
+        "ran": all(ran),
+        "seconds": seconds,
+        "cgroup_peak_bytes": peak,
+        "rss_peak_bytes": rss_peak,
+        "oom_kills": kills,
+        "pss_peak_parts": parts,
+        "tail": "" if all(ran) else "\n".join(out[-1500:] for out in outputs),
+    }
 
 
 def bench_setup(scratch: Path) -> float:
@@ -747,10 +774,27 @@ def write_results(
             "",
             "Each row runs in a cgroup limited to 2 GiB (no swap) and one CPU's time, as "
             "mybinder.org's pods are, with this machine's warm build directories (Binder's image "
-            "has them too). In the last row the check runs while the lesson's kernel is alive, as a "
-            "learner would run it in a terminal beside the open lesson. The cgroup's peak counts "
-            "page cache, which the kernel gives back under the limit; the RSS sum counts shared "
-            "pages once per process.",
+            "has them too); a run that did not fit runs again without the memory limit. In the "
+            "check-beside rows the check runs while the lesson's kernel is alive, as a learner "
+            "would run it in a terminal beside the open lesson. The cgroup's peak counts page "
+            "cache, which the kernel gives back under the limit; the RSS sum counts shared pages "
+            "once per process.",
+            "",
+            "What held the memory at each run's largest sum of PSS (shared pages split between "
+            "the processes that share them):",
+            "",
+            f"| what runs | PSS | {' | '.join([*MEMORY_PARTS, 'the rest'])} |",
+            "|---|---|" + "---|" * (len(MEMORY_PARTS) + 1),
+            *(
+                f"| {label} | {sum(parts.values()) / 2**30:.2f} GiB | "
+                + " | ".join(f"{b / 2**30:.2f} GiB" for b in parts.values())
+                + " |"
+                for label, r in binder.items()
+                if (parts := r.get("pss_peak_parts"))
+            ),
+            "",
+            "Each evcxr holds its own rust-analyzer's index of the framework's crate graph and "
+            "the standard library: nothing of it is shared between two kernels.",
         ]
     if image:
         lines += [

@@ -31,6 +31,9 @@ def test_results_render_from_the_committed_figures(tmp_path, monkeypatch):
         assert f"| {fw} |" in page
     if committed.get("binder"):
         assert "## Within Binder's limits" in page
+        for label, run in committed["binder"].items():
+            if run.get("pss_peak_parts"):
+                assert f"| {label} | {sum(run['pss_peak_parts'].values()) / 2**30:.2f} GiB |" in page
     if committed.get("image"):
         assert "## Binder's image build (postBuild)" in page
     for part, when in (committed.get("measured") or {}).items():
@@ -44,3 +47,24 @@ def test_every_part_can_be_measured_alone():
     ).stdout
     choices = usage.split("--only {")[1].split("}")[0].split(",")
     assert choices == list(bench.PARTS)
+
+
+class _Proc:
+    def __init__(self, name, *argv):
+        self._name, self._argv = name, list(argv)
+
+    def name(self):
+        return self._name
+
+    def cmdline(self):
+        return self._argv
+
+
+def test_memory_is_attributed_to_the_process_that_holds_it():
+    assert bench._memory_part(_Proc("evcxr_jupyter", "evcxr_jupyter", "--control_file", "x")) == (
+        "evcxr and its rust-analyzer"
+    )
+    kernel = _Proc("python3", "/venv/bin/python", "-m", "coursekit.kernel", "-f", "conn.json")
+    assert bench._memory_part(kernel) == "the kernels' IPython and PyTorch"
+    assert bench._memory_part(_Proc("rustc", "rustc", "--crate-name", "ctx")) == "cargo, rustc and linkers"
+    assert bench._memory_part(_Proc("python3", "python", "-m", "coursekit", "check", "x")) == "the rest"
