@@ -1,12 +1,16 @@
-"""Warm build directories: a bounded pool, pruned by `coursekit clean` with stale lean std
-sources (quick tier)."""
+"""Warm build directories: a bounded pool, new ones copied from a warm one, pruned by
+`coursekit clean` with stale lean std sources (quick tier, but for a kernel in a copy)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
+
+import pytest
 
 from conftest import ROOT
 from coursekit.setup import prewarm, rust_src, slots
@@ -62,3 +66,66 @@ def test_clean_removes_overflow_and_stale_directories_but_not_busy_ones(tmp_path
         assert sorted(p.name for p in lean.iterdir()) == ["current"], "std sources of an older Rust go"
     finally:
         busy.kill()
+
+
+def _warm_dir(slot, frameworks: list[str]) -> None:
+    (slot / "target" / "debug" / ".fingerprint" / "torch-sys-1").mkdir(parents=True)
+    (slot / "target" / "debug" / ".fingerprint" / "torch-sys-1" / "lib-torch_sys").write_text("h")
+    (slot / "target" / "debug" / "deps").mkdir()
+    (slot / "target" / "debug" / "deps" / "libtorch_sys-1.rlib").write_bytes(slot.name.encode())
+    (slot / "target" / "debug" / "latest").symlink_to("deps/libtorch_sys-1.rlib")
+    (slot / "libcode_3.so").write_bytes(b"a past session's cell")
+    (slot / prewarm.STAMP).write_text(json.dumps(dict.fromkeys(frameworks, "key")))
+
+
+def test_a_new_directory_starts_as_a_copy_of_a_warm_one_no_kernel_holds(tmp_path):
+    pool = tmp_path / "evcxr-slots"
+    for name, frameworks in (("0", ["tch", "burn"]), ("1", ["tch"])):
+        (pool / f"slot-{name}").mkdir(parents=True)
+        _warm_dir(pool / f"slot-{name}", frameworks)
+    held = slots._lock(pool / "slot-0", wait=False)  # a kernel uses the warmer one
+    new = pool / "slot-2"
+    mine = slots._lock(new, wait=False)
+    try:
+        assert slots.seed(new) == pool / "slot-1"
+        assert (new / "target" / "debug" / "deps" / "libtorch_sys-1.rlib").read_bytes() == b"slot-1"
+        assert os.readlink(new / "target" / "debug" / "latest") == "deps/libtorch_sys-1.rlib"
+        assert json.loads((new / prewarm.STAMP).read_text()) == {"tch": "key"}
+        assert not (new / "libcode_3.so").exists(), "evcxr renames new cell libraries onto old ones"
+        assert slots.seed(new) is None, "a directory with a build in it is left as it is"
+    finally:
+        os.close(held)
+    other = pool / "slot-3"
+    assert slots.seed(other) == pool / "slot-0", "with every one free, the warmest"
+    assert slots.seed(pool / "slot-9") is not None and slots.seed(tmp_path / "empty" / "slot-0") is None
+    os.close(mine)
+
+
+@pytest.mark.full
+def test_a_kernel_in_a_copied_directory_compiles_only_its_cells():
+    """cargo keeps a copy warm: tch's build script (which compiles a C++ shim and records
+    where) and every crate stay fresh at the new path; only the cells' crate is compiled."""
+    from coursekit.kernel.session import KernelSession
+
+    name = f"copy-test-{os.getpid()}"
+    slot = slots.pool_dir() / f"slot-{name}"
+    assert prewarm.is_warm(0, "tch") or prewarm.is_warm(1, "tch"), "set-up warms tch"
+    started = time.time() - 1  # file times may be coarser than the clock
+    try:
+
+        def cells_or_rustc_info(path) -> bool:
+            return "ctx" in str(path) or path.name.startswith("libcode_") or path.name == ".rustc_info.json"
+
+        with KernelSession(env={"COURSEKIT_SLOT": name}, startup_timeout=300) as kernel:
+            for cell in ["\n".join(prewarm.pins.dep_lines("tch")), prewarm.pins.frameworks()["tch"]["smoke"]]:
+                ran = kernel.run(cell, timeout=600)
+                assert ran.ok, ran.error
+        built = [
+            p.relative_to(slot)
+            for p in (slot / "target").rglob("*")
+            if p.is_file() and p.stat().st_mtime > started and not cells_or_rustc_info(p)
+        ]
+        assert next(slot.glob("target/*/debug/build/torch-sys-*/out"), None), "a copy of tch's build"
+        assert not built, built[:20]
+    finally:
+        shutil.rmtree(slot, ignore_errors=True)

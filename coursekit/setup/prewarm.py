@@ -18,7 +18,7 @@ from ..kernel.session import KernelSession
 from . import slots
 from .install import SetupError, evcxr_config_dir, torch_lib_dir
 
-STAMP = "coursekit-warm.json"
+STAMP = slots.STAMP
 CELL_TIMEOUT_S = 3600
 
 
@@ -99,6 +99,8 @@ def prewarm_all() -> None:
     )
     with tqdm(todo, unit="step", dynamic_ncols=True) as bar:
         for slot, framework in bar:
+            if is_warm(slot, framework):  # copied with a warm directory (slots.seed)
+                continue
             if slots.busy(slot):  # a running kernel (JupyterLab, tests) holds it: do not wait
                 bar.write(
                     f"  warm directory {slot} is in use by a kernel: skipped ({framework} warms on first use)"

@@ -4,10 +4,15 @@ evcxr builds each session's code in a fresh temporary directory, so every new ke
 re-runs the build scripts of its crates (for tch: a C++ compile) and relinks everything. A
 kernel started through `python -m coursekit.setup.slots -- evcxr_jupyter ...` instead takes the
 first free directory of a pool (EVCXR_TMPDIR), locked for as long as that evcxr process
-lives. The setup's prewarm step builds every framework in the first POOL_SIZE directories;
-a kernel that finds them all busy takes one of OVERFLOW more (built from evcxr's dependency
-cache on first use, warm afterwards), and when those are busy too, evcxr's own temporary
-directory (removed when evcxr exits). `coursekit clean` prunes what is not needed.
+lives. The setup's prewarm step builds every framework in the first directory and copies it
+to the other POOL_SIZE - 1; a kernel that finds them all busy takes one of OVERFLOW more (a
+copy of a warm one on first use, warm afterwards), and when those are busy too, evcxr's own
+temporary directory (removed when evcxr exits). `coursekit clean` prunes what is not needed.
+
+A copy is warm where it lands: cargo's fingerprints name paths relative to the target
+directory, and it rewrites the build scripts' recorded output paths to the new place. Copying
+a 1-2 GB directory takes seconds; rebuilding it from evcxr's dependency cache took minutes
+(build scripts, proc macros and linking are not cached).
 
 The pool's cargo configuration compiles each cell's own crate without optimisation (the
 frameworks, which do the numerical work, stay at opt-level 2): Burn's and DFDX's generic
@@ -23,13 +28,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 POOL_SIZE = int(os.environ.get("COURSEKIT_SLOTS", "2"))
 OVERFLOW = 4
+STAMP = "coursekit-warm.json"  # what the prewarm step compiled here (setup/prewarm.py)
 CARGO_CONFIG = """\
 # Written by coursekit (slots.py): cells compile fast, dependencies run fast.
 [profile.dev]
@@ -98,6 +106,51 @@ def acquire(pool: Path | None = None, only: str | None = None) -> tuple[Path, in
     return None
 
 
+def seed(slot: Path) -> Path | None:
+    """Fill a new build directory with a copy of the warm one with the most frameworks (a
+    free one first: a busy one is copied fingerprints first, so that what a kernel compiles
+    meanwhile is seen as stale, never as fresh); the copy of the directory's stamp comes last.
+    Returns the directory copied, or None (not new, nothing warm, or too little disk)."""
+    if (slot / "target").exists():
+        return None
+    warm = []
+    for d in slot.parent.glob("slot-*"):
+        with contextlib.suppress(OSError, ValueError):
+            if d != slot and (d / "target").is_dir():
+                warm.append((len(json.loads((d / STAMP).read_text())), d))
+    ranked = [d for _, d in sorted(warm, key=lambda w: -w[0])]
+    if not ranked:
+        return None
+    src, fd = ranked[0], None
+    for d in ranked:
+        if (fd := _lock(d, wait=False)) is not None:
+            src = d
+            break
+    try:
+        if shutil.disk_usage(slot.parent).free < 2 * size(src / "target"):
+            return None
+        files = [p for p in src.rglob("*") if p.is_file() and not p.is_symlink()]
+        files.sort(key=lambda p: ".fingerprint" not in p.parts)
+        for path in files:
+            if path.name in (".lock", STAMP) or path.name.startswith("libcode_"):
+                continue  # the lock; a past session's cell libraries, which evcxr renames onto
+            dst = slot / path.relative_to(src)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # a busy directory changes under us
+                shutil.copy2(path, dst)
+        for link in (p for p in src.rglob("*") if p.is_symlink()):
+            dst = slot / link.relative_to(src)
+            if not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.symlink_to(os.readlink(link))
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copy2(src / STAMP, slot / STAMP)
+        return src
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def size(path: Path) -> int:
     """Bytes on disk under `path` (each file once)."""
     seen, total = set(), 0
@@ -144,6 +197,12 @@ def main(argv: list[str]) -> None:
         slot, fd = got
         os.set_inheritable(fd, True)  # the lock lives as long as the exec'd process
         os.environ["EVCXR_TMPDIR"] = str(slot)
+        started = time.monotonic()
+        if (src := seed(slot)) is not None:
+            print(
+                f"[coursekit] {slot.name}: a copy of {src.name} ({time.monotonic() - started:.0f} s)",
+                file=sys.stderr,
+            )
     os.execvp(argv[0], argv)
 
 
