@@ -68,3 +68,17 @@ def test_missing_packages_off_debian_name_no_apt_command(monkeypatch, capsys):
     assert "apt-get" not in out and "Debian" not in out, out
     assert "bubblewrap is missing" in out and "Linux only" in out
     assert "mold is missing" in out and "your system's package manager (package `mold`)" in out
+
+
+def test_a_package_removed_but_not_purged_counts_as_missing(tmp_path, monkeypatch):
+    """`apt-get remove` leaves a package's configuration and a status (`dpkg -s` exits 0)."""
+    from coursekit.setup import install
+
+    fake = tmp_path / "dpkg-query"
+    fake.write_text(
+        '#!/bin/sh\ncase "$3" in\n  chromium) printf config-files ;;\n  mold) printf installed ;;\n'
+        '  *) echo "dpkg-query: no packages found matching $3" >&2; exit 1 ;;\nesac\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{install.os.environ['PATH']}")
+    assert install._missing_debs(["chromium", "mold", "bubblewrap"]) == ["chromium", "bubblewrap"]

@@ -50,7 +50,13 @@ def log(msg: str) -> None:
 
 # -- Debian packages -------------------------------------------------------------------------
 def _missing_debs(packages: list[str]) -> list[str]:
-    return [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode]
+    """The packages not installed (`dpkg -s` also knows one removed but not purged)."""
+    query = ["dpkg-query", "--show", "--showformat=${db:Status-Status}"]
+    return [
+        p
+        for p in packages
+        if subprocess.run([*query, p], capture_output=True, text=True).stdout != "installed"
+    ]
 
 
 def _available(package: str) -> bool:
