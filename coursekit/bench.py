@@ -343,20 +343,20 @@ BINDER_RUNS = {
 }
 
 
-def _limited_cgroups(name: str, memory: int = BINDER_MEMORY) -> list[Path]:
-    """Cgroups (v1 or v2) holding Binder's memory (or `memory`) and CPU limits, for `name`."""
+def _limited_cgroups(name: str, limit: int = BINDER_MEMORY) -> list[Path]:
+    """Cgroups (v1 or v2) holding Binder's CPU limit and a memory `limit` (Binder's), for `name`."""
     from .grading.sandbox import CGROUP, _enable_v2_controllers, _v2
 
     if _v2():
         _enable_v2_controllers(CGROUP / "coursekit")
         d = CGROUP / "coursekit" / name
         d.mkdir(parents=True)
-        (d / "memory.max").write_text(str(memory))
+        (d / "memory.max").write_text(str(limit))
         (d / "memory.swap.max").write_text("0")
         with contextlib.suppress(OSError):  # the cpu controller may not be delegated
             (d / "cpu.max").write_text("100000 100000")
         return [d]
-    limit, memory, cpu = memory, CGROUP / "memory" / "coursekit" / name, CGROUP / "cpu" / "coursekit" / name
+    memory, cpu = CGROUP / "memory" / "coursekit" / name, CGROUP / "cpu" / "coursekit" / name
     for d in (memory, cpu):
         d.mkdir(parents=True)
     (memory / "memory.limit_in_bytes").write_text(str(limit))

@@ -149,8 +149,8 @@ def clone_template(job: Job) -> None:
                 dst.symlink_to(os.readlink(src))
             elif src.is_dir():
                 dst.mkdir(parents=True, exist_ok=True)
-            elif src.name == ".lock" or src.name.startswith("libcode_"):
-                continue  # a lock; a past session's cell libraries, which evcxr renames onto
+            elif slots.left_behind(src):
+                continue
             elif src.stat().st_size > BIG_FILE and "ctx" not in src.name:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 dst.touch()

@@ -106,6 +106,12 @@ def acquire(pool: Path | None = None, only: str | None = None) -> tuple[Path, in
     return None
 
 
+def left_behind(path: Path) -> bool:
+    """What a copy of a build directory leaves out: its lock, and a past session's cell
+    libraries (evcxr renames new ones onto them)."""
+    return path.name == ".lock" or path.name.startswith("libcode_")
+
+
 def seed(slot: Path) -> Path | None:
     """Fill a new build directory with a copy of the warm one with the most frameworks (a
     free one first: a busy one is copied fingerprints first, so that what a kernel compiles
@@ -127,18 +133,21 @@ def seed(slot: Path) -> Path | None:
             src = d
             break
     try:
-        if shutil.disk_usage(slot.parent).free < 2 * size(src / "target"):
+        files, links = [], []
+        for p in src.rglob("*"):
+            if p.is_symlink():
+                links.append(p)
+            elif p.is_file() and not left_behind(p) and p.name != STAMP:
+                files.append(p)
+        if shutil.disk_usage(slot.parent).free < 2 * sum(p.stat().st_size for p in files):
             return None
-        files = [p for p in src.rglob("*") if p.is_file() and not p.is_symlink()]
         files.sort(key=lambda p: ".fingerprint" not in p.parts)
         for path in files:
-            if path.name in (".lock", STAMP) or path.name.startswith("libcode_"):
-                continue  # the lock; a past session's cell libraries, which evcxr renames onto
             dst = slot / path.relative_to(src)
             dst.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):  # a busy directory changes under us
                 shutil.copy2(path, dst)
-        for link in (p for p in src.rglob("*") if p.is_symlink()):
+        for link in links:
             dst = slot / link.relative_to(src)
             if not dst.exists():
                 dst.parent.mkdir(parents=True, exist_ok=True)
