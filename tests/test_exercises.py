@@ -162,7 +162,13 @@ def test_exercise_scores_full_marks_solved(tmp_path, path):
 def test_unsolved_and_known_wrong_solutions_fail(tmp_path, path):
     """In one kernel, task by task as the harness of graded runs judges them: the released
     stub fails the task's tests, so does each known-wrong solution (which must itself run
-    without error: a mistake, not a syntax error), and then the reference solution passes."""
+    without error: a mistake, not a syntax error), and then the reference solution passes.
+
+    A candidate and its task's tests run as one cell (one compile instead of two), each test
+    in its own harness after the candidate's code: where every test then has a verdict (its
+    proof or the harness's report of its failure), the candidate's code ran to its end and
+    the verdicts are those of graded runs. Otherwise (a compile error, the candidate's own
+    code failing) the candidate runs alone and its tests after it, as graded runs do."""
     from coursekit.grading.harness import arm, is_helpers, is_test, passed
     from coursekit.kernel.session import KernelSession
     from coursekit.learner.exercises import tasks_of, with_body
@@ -194,18 +200,28 @@ def test_unsolved_and_known_wrong_solutions_fail(tmp_path, path):
                 return {t for t in test_ids if judge(t)}
             return {proven for t, c in ran.outputs if (proven := proof_of(c, "n0nce")) in test_ids}
 
+        def tried(code: str, test_ids: list[str]) -> tuple[str | None, set[str]]:
+            """The error of `code` (None: it ran), and the tests that pass after it."""
+            armed = "\n".join(arm(cells[t].source, "n0nce", t, helpers) for t in test_ids)
+            verdicts = judged(kernel.run(code + "\n" + armed, timeout=300), test_ids)
+            if verdicts is not None:
+                return None, verdicts
+            alone = kernel.run(code, timeout=300)
+            return (None if alone.ok else alone.error), passing(test_ids)
+
         def candidates(cell) -> None:
             gid = cell.metadata.nbgrader.grade_id
             wrongs = cell.metadata.get("coursekit", {}).get("wrong", [])
             for why, body in [("the stub", None)] + [(w["why"], w["code"]) for w in wrongs]:
-                ran = kernel.run(stubs[gid] if body is None else with_body(cell.source, body), timeout=300)
-                if body is not None and not ran.ok:
-                    problems.append(f"{gid}: the wrong solution {why!r} does not run: {ran.error}")
-                scoring = sorted(passing(tests_of[gid]))
+                code = stubs[gid] if body is None else with_body(cell.source, body)
+                error, scoring = tried(code, tests_of[gid])
+                if body is not None and error:
+                    problems.append(f"{gid}: the wrong solution {why!r} does not run: {error}")
                 if scoring:  # a wrong answer scores 0 on its task: none of its tests passes
-                    problems.append(f"{gid}: {why!r} passes {scoring}")
-            assert kernel.run(cell.source, timeout=300).ok, f"{gid}: the reference solution does not run"
-            failing = sorted(set(tests_of[gid]) - passing(tests_of[gid]))
+                    problems.append(f"{gid}: {why!r} passes {sorted(scoring)}")
+            error, scoring = tried(cell.source, tests_of[gid])
+            assert not error, f"{gid}: the reference solution does not run: {error}"
+            failing = sorted(set(tests_of[gid]) - scoring)
             assert not failing, f"{gid}: the reference solution fails {failing}"
 
         pending = None  # the answer cell whose tests come next
@@ -224,6 +240,18 @@ def test_unsolved_and_known_wrong_solutions_fail(tmp_path, path):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id")
             assert ran.ok, f"{gid}: {ran.error}"
     assert not problems, "\n".join(problems)
+
+
+def judged(ran, test_ids: list[str]) -> set[str] | None:
+    """The tests that passed in a cell that ran them in their harnesses after other code;
+    None unless each has a verdict: a proof, or the harness's report of its failure."""
+    passed = {proven for _, c in ran.outputs if (proven := proof_of(c, "n0nce")) in test_ids}
+    stderr = "".join(c["text"] for t, c in ran.outputs if t == "stream" and c.get("name") == "stderr")
+    failed = {t for t in test_ids if re.search(rf"\btest {re.escape(t)} (failed|returned an error)", stderr)}
+    errors = [c.get("ename") for t, c in ran.outputs if t == "error"]
+    if passed | failed != set(test_ids) or any(e != "RustPanic" for e in errors):
+        return None
+    return passed
 
 
 def proof_of(content: dict, nonce: str) -> str | None:
