@@ -154,7 +154,8 @@ def evcxr_config_dir(prelude: bool) -> Path:
 
 
 def write_evcxr_config() -> None:
-    init = f":cache {pins.pins()['evcxr']['cache_mib']}\n"
+    # Cells compile without optimisation (evcxr's default is 2); a notebook may say `:opt 1`.
+    init = f":cache {pins.pins()['evcxr']['cache_mib']}\n:opt 0\n"
     prelude_crate = pins.PACKAGE / "kernel" / "prelude"
     for prelude in (False, True):
         d = evcxr_config_dir(prelude)

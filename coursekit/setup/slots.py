@@ -14,14 +14,15 @@ directory, and it rewrites the build scripts' recorded output paths to the new p
 a 1-2 GB directory takes seconds; rebuilding it from evcxr's dependency cache took minutes
 (build scripts, proc macros and linking are not cached).
 
-The pool's cargo configuration compiles each cell's own crate without optimisation (the
-frameworks, which do the numerical work, stay at opt-level 2): Burn's and DFDX's generic
-code is instantiated in the cell's crate, and optimising it made a small Burn cell take
-5.0 s instead of 2.2 s (bench/results.md has the current figures). Even opt-level 1 does not
-pay: on 2026-12-04 it ran course/05_porting/03_burn.ipynb's ResNet cells 2-4 times faster
-but compiled course/04_training/03_burn.ipynb's cells 4-5 times slower (a typical cell 4-6 s
-became 18-30 s). What must run fast is compiled with optimisation where it is measured
-(content/measure.py).
+The pool's cargo configuration compiles the frameworks, which do the numerical work, at
+opt-level 2; the course kernel's evcxr configuration (`:opt 0`, setup/install.py) compiles
+each cell's own crate without optimisation: Burn's and DFDX's generic code is instantiated
+in the cell's crate, and optimising it made a small Burn cell take 5.0 s instead of 2.2 s
+(bench/results.md has the current figures), and at opt-level 1 course/04_training/03_burn.ipynb's
+cells compiled 4-5 times slower (2026-12-04: a typical cell 4-6 s became 18-30 s). A
+notebook whose cells run heavy generic code says `:opt 1` in its first cell: one forward
+pass of Burn's ResNet-18 took 28 s in a cell at opt-level 0 and 1.8 s at 1 (2026-12-06).
+What is measured is compiled at opt-level 2 (content/measure.py).
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ POOL_SIZE = int(os.environ.get("COURSEKIT_SLOTS", "2"))
 OVERFLOW = 4
 STAMP = "coursekit-warm.json"  # what the prewarm step compiled here (setup/prewarm.py)
 CARGO_CONFIG = """\
-# Written by coursekit (slots.py): cells compile fast, dependencies run fast.
-[profile.dev]
-opt-level = 0
+# Written by coursekit (slots.py): dependencies run fast (cells: evcxr's `:opt`).
 [profile.dev.package."*"]
 opt-level = 2
 """
