@@ -101,6 +101,60 @@ def test_a_new_directory_starts_as_a_copy_of_a_warm_one_no_kernel_holds(tmp_path
     os.close(mine)
 
 
+def test_a_copy_of_a_busy_directory_survives_what_cargo_removes_meanwhile(tmp_path):
+    """cargo and evcxr create, rename and remove files and folders in a busy directory while
+    it is copied (a kernel that died at start on 2026-12-06: a file gone between the listing
+    and its size): what vanishes is left out, and the copy is made."""
+    import threading
+
+    pool = tmp_path / "evcxr-slots"
+    src = pool / "slot-0"
+    src.mkdir(parents=True)
+    _warm_dir(src, ["burn"])
+    incremental = src / "target" / "debug" / "incremental"
+    stop = threading.Event()
+
+    def cargo():
+        n = 0
+        while not stop.is_set():
+            session = incremental / f"s-{n}"
+            session.mkdir(parents=True)
+            for i in range(20):
+                (session / f"{i}.o").write_bytes(b"x")
+            shutil.rmtree(session)
+            n += 1
+
+    churn = threading.Thread(target=cargo)
+    for i in range(2000):
+        (src / "target" / "debug" / "deps" / f"lib{i}.rmeta").write_bytes(b"m")
+    churn.start()
+    try:
+        held = slots._lock(src, wait=False)  # busy: its kernel compiles
+        for _ in range(5):
+            assert slots.seed(pool / "slot-1") == src
+            assert json.loads((pool / "slot-1" / prewarm.STAMP).read_text()) == {"burn": "key"}
+            shutil.rmtree(pool / "slot-1")
+    finally:
+        stop.set()
+        churn.join()
+        os.close(held)
+
+
+def test_a_copy_that_fails_is_removed_and_evcxr_builds_from_the_start(tmp_path, monkeypatch, capfd):
+    pool = tmp_path / "evcxr-slots"
+    (pool / "slot-0").mkdir(parents=True)
+    _warm_dir(pool / "slot-0", ["tch"])
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copy2", disk_full)
+    new = pool / "slot-1"
+    assert slots.seed(new) is None
+    assert not (new / "target").exists() and not (new / prewarm.STAMP).exists()
+    assert "No space left on device" in capfd.readouterr().err
+
+
 @pytest.mark.full
 def test_a_kernel_in_a_copied_directory_compiles_only_its_cells():
     """cargo keeps a copy warm: tch's build script (which compiles a C++ shim and records

@@ -32,6 +32,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
@@ -115,7 +116,8 @@ def seed(slot: Path) -> Path | None:
     """Fill a new build directory with a copy of the warm one with the most frameworks (a
     free one first: a busy one is copied fingerprints first, so that what a kernel compiles
     meanwhile is seen as stale, never as fresh); the copy of the directory's stamp comes last.
-    Returns the directory copied, or None (not new, nothing warm, or too little disk)."""
+    Returns the directory copied, or None (not new, nothing warm, too little disk, or a copy
+    that failed: it is removed, and evcxr builds there from the start)."""
     if (slot / "target").exists():
         return None
     warm = []
@@ -132,31 +134,49 @@ def seed(slot: Path) -> Path | None:
             src = d
             break
     try:
-        files, links = [], []
-        for p in src.rglob("*"):
-            if p.is_symlink():
-                links.append(p)
-            elif p.is_file() and not left_behind(p) and p.name != STAMP:
-                files.append(p)
-        if shutil.disk_usage(slot.parent).free < 2 * sum(p.stat().st_size for p in files):
-            return None
-        files.sort(key=lambda p: ".fingerprint" not in p.parts)
-        for path in files:
-            dst = slot / path.relative_to(src)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):  # a busy directory changes under us
-                shutil.copy2(path, dst)
-        for link in links:
-            dst = slot / link.relative_to(src)
-            if not dst.exists():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.symlink_to(os.readlink(link))
-        with contextlib.suppress(FileNotFoundError):
-            shutil.copy2(src / STAMP, slot / STAMP)
-        return src
+        return src if _copy(src, slot) else None
+    except OSError as exc:  # a full disk, a file the copy cannot read
+        shutil.rmtree(slot / "target", ignore_errors=True)
+        print(f"[coursekit] {slot.name}: no copy of {src.name} ({exc}); evcxr builds it", file=sys.stderr)
+        return None
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _copy(src: Path, slot: Path) -> bool:
+    """Copy build directory `src` into `slot` (False: too little disk). A busy one changes
+    under the copy: what cargo removes meanwhile is left out."""
+    files, links, total = [], [], 0
+    for dirpath, dirs, names in os.walk(src):  # os.walk skips a directory that vanishes
+        for name in dirs + names:
+            path = Path(dirpath, name)
+            try:
+                st = path.lstat()
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                links.append(path)
+            elif stat.S_ISREG(st.st_mode) and not left_behind(path) and name != STAMP:
+                files.append(path)
+                total += st.st_size
+    if shutil.disk_usage(slot.parent).free < 2 * total:
+        return False
+    files.sort(key=lambda p: ".fingerprint" not in p.parts)
+    for path in files:
+        dst = slot / path.relative_to(src)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copy2(path, dst)
+    for link in links:
+        dst = slot / link.relative_to(src)
+        with contextlib.suppress(FileNotFoundError):
+            if not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.symlink_to(os.readlink(link))
+    with contextlib.suppress(FileNotFoundError):
+        shutil.copy2(src / STAMP, slot / STAMP)
+    return True
 
 
 def size(path: Path) -> int:
