@@ -185,7 +185,8 @@ class GradedExecute(Execute):
             self._current = start
             try:
                 started = time.monotonic()
-                with self.setup_kernel():
+                with contextlib.ExitStack() as stack:
+                    self._start_kernel(stack)
                     info = self.wait_for_reply(self.kc.kernel_info())
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
                     self.seconds["kernel start"] += time.monotonic() - started
@@ -234,6 +235,19 @@ class GradedExecute(Execute):
                         if cell.cell_type == "code":
                             cell.outputs = [_not_run(f"the kernel died {restarts} times")]
                     return
+
+    def _start_kernel(self, stack: contextlib.ExitStack, tries: int = 3) -> None:
+        """A kernel, started again on fresh ports if it dies before it answers: Jupyter picks
+        free TCP ports, then the kernel binds them, and a process starting another kernel
+        meanwhile may take one (`Address already in use`: once in a whole test run)."""
+        for attempt in range(1, tries + 1):
+            try:
+                stack.enter_context(self.setup_kernel())
+                return
+            except RuntimeError as exc:
+                if "died before replying" not in str(exc) or attempt == tries:
+                    raise
+                self.km, self.kc = None, None
 
     def _replay(self, nb, upto: int, skip: set[int]) -> None:
         """Rebuild the state of cells [0, upto) in a fresh kernel, keeping their outputs."""
