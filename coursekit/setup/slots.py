@@ -137,6 +137,7 @@ def seed(slot: Path) -> Path | None:
         return src if _copy(src, slot) else None
     except OSError as exc:  # a full disk, a file the copy cannot read
         shutil.rmtree(slot / "target", ignore_errors=True)
+        (slot / STAMP).unlink(missing_ok=True)
         print(f"[coursekit] {slot.name}: no copy of {src.name} ({exc}); evcxr builds it", file=sys.stderr)
         return None
     finally:
