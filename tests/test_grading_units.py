@@ -15,6 +15,7 @@ import pytest
 
 from conftest import ROOT
 from coursekit.grading import grade, harness, sandbox, submission
+from coursekit.setup import slots
 
 ASSIGNMENTS = ["01_rust", "02_tensors"]
 NB = "01_values_moves_clone.ipynb"
@@ -156,12 +157,12 @@ def test_repair_rebuilds_metadata_and_drops_the_students_python():
 
 def test_disk_use_counts_each_file_once_hard_links_included(tmp_path):
     (tmp_path / "a").write_bytes(b"x" * 100_000)
-    before = sandbox.written_bytes(tmp_path)
+    before = slots.size(tmp_path)
     for i in range(5):
         os.link(tmp_path / "a", tmp_path / f"link{i}")
-    assert sandbox.written_bytes(tmp_path) == before >= 100_000
+    assert slots.size(tmp_path) == before >= 100_000
     (tmp_path / "b").write_bytes(b"y" * 100_000)
-    assert sandbox.written_bytes(tmp_path) >= 200_000
+    assert slots.size(tmp_path) >= 200_000
 
 
 def test_a_job_shares_the_templates_big_artefacts_but_not_its_past_cells(tmp_path):

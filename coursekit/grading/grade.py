@@ -566,7 +566,7 @@ def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, setting
         while not stop.wait(0.5):
             if progress is not None:
                 tell()
-            if sum(sandbox.written_bytes(job.root / d) for d in ("run", "slot")) > settings.limits.disk_bytes:
+            if sum(slots.size(job.root / d) for d in ("run", "slot")) > settings.limits.disk_bytes:
                 killed.append(True)
                 sandbox.remove_cgroups(job.root.name)
                 for p in _pids_under(course):

@@ -168,22 +168,6 @@ def give_to(job: Job, uid: int) -> None:
             os.lchown(path, uid, uid)
 
 
-def written_bytes(root: Path) -> int:
-    """Disk space taken by the files under `root`: each file once, however many hard links
-    it has (a hard link inside the job would otherwise hide or double its size)."""
-    seen, total = set(), 0
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, f))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
-    return total
-
-
 def _ro(path: str | Path) -> list[str]:
     """Read-only at its own path and, if a symlink leads elsewhere, at its real path too
     (the kernelspecs name the real paths)."""

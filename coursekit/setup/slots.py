@@ -181,7 +181,8 @@ def _copy(src: Path, slot: Path) -> bool:
 
 
 def size(path: Path) -> int:
-    """Bytes on disk under `path` (each file once)."""
+    """Bytes on disk under `path`: each file once, however many hard links it has (the
+    grader's disk limit: a hard link inside a job would otherwise hide or double its size)."""
     seen, total = set(), 0
     for dirpath, _, files in os.walk(path):
         for f in files:
