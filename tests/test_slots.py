@@ -103,8 +103,8 @@ def test_a_new_directory_starts_as_a_copy_of_a_warm_one_no_kernel_holds(tmp_path
 
 def test_a_copy_of_a_busy_directory_survives_what_cargo_removes_meanwhile(tmp_path):
     """cargo and evcxr create, rename and remove files and folders in a busy directory while
-    it is copied (a kernel that died at start on 2026-12-06: a file gone between the listing
-    and its size): what vanishes is left out, and the copy is made."""
+    it is copied (a file gone between the listing and its size raised FileNotFoundError, which
+    killed the kernel's start): what vanishes is left out, and the copy is made."""
     import threading
 
     pool = tmp_path / "evcxr-slots"
@@ -127,9 +127,9 @@ def test_a_copy_of_a_busy_directory_survives_what_cargo_removes_meanwhile(tmp_pa
     churn = threading.Thread(target=cargo)
     for i in range(2000):
         (src / "target" / "debug" / "deps" / f"lib{i}.rmeta").write_bytes(b"m")
+    held = slots._lock(src, wait=False)  # busy: its kernel compiles
     churn.start()
     try:
-        held = slots._lock(src, wait=False)  # busy: its kernel compiles
         for _ in range(5):
             assert slots.seed(pool / "slot-1") == src
             assert json.loads((pool / "slot-1" / prewarm.STAMP).read_text()) == {"burn": "key"}
