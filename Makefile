@@ -14,6 +14,7 @@ JOBS ?= 2
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed (found " + sys.version.split()[0] + "): run make with PYTHON=/path/to/python3.11")'
+	$(PYTHON) -m coursekit.setup.evcxr_build --background  # compiles while pip installs
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "could not create a virtual environment: Python's venv/ensurepip is missing (Debian/Ubuntu: sudo apt-get install python3-venv)"; exit 1; }
 	$(PY) -m pip install --progress-bar on -r requirements.txt -c constraints.txt -e .
 	touch $@

@@ -54,7 +54,7 @@ def _python_packages(r: Report) -> None:
 
 
 def _rust(r: Report) -> None:
-    from .install import evcxr_binary, evcxr_installed_version
+    from .evcxr_build import binary, installed_version
 
     rustc = shutil.which("rustc")
     if r.check(bool(rustc), f"rustc on PATH ({rustc})", "install Rust with rustup (https://rustup.rs)"):
@@ -64,10 +64,10 @@ def _rust(r: Report) -> None:
             f"rustc {version or '?'} >= 1.95 (evcxr's MSRV)",
             "rustup update stable",
         )
-    have = evcxr_installed_version()
+    have = installed_version()
     r.check(
         have == pins.evcxr_version(),
-        f"evcxr_jupyter {have or 'missing'} at {evcxr_binary()} (pinned {pins.evcxr_version()})",
+        f"evcxr_jupyter {have or 'missing'} at {binary()} (pinned {pins.evcxr_version()})",
         f"cargo install --locked evcxr_jupyter --version {pins.evcxr_version()}",
     )
 

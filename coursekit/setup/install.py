@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import pins
 from ..kernel.evcxr_child import evcxr_argv, kernels_dir
-from . import rust_src
+from . import evcxr_build, rust_src
 
 # Debian packages by purpose: a learner needs none (`make lab`); the test suite and an
 # instructor's grading need more (`coursekit setup --for tests|grading`, `make test`).
@@ -112,35 +112,11 @@ def ensure_rust_src() -> Path:
 
 
 # -- evcxr ---------------------------------------------------------------------------------
-def evcxr_binary() -> Path:
-    cargo_home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
-    return cargo_home / "bin" / "evcxr_jupyter"
-
-
-def evcxr_installed_version() -> str | None:
-    """The version `cargo install` recorded (evcxr_jupyter has no --version)."""
-    if not evcxr_binary().is_file():
-        return None
-    try:
-        out = subprocess.run(
-            ["cargo", "install", "--list"], capture_output=True, text=True, timeout=60
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        if line.startswith("evcxr_jupyter v"):
-            return line.split()[1].lstrip("v").rstrip(":")
-    return None
-
-
 def ensure_evcxr() -> Path:
-    version = pins.evcxr_version()
-    if evcxr_installed_version() != version:
-        log(f"building evcxr_jupyter {version} (about 10 minutes on 2 cores)")
-        cmd = ["cargo", "install", "--locked", "evcxr_jupyter", "--version", version]
-        if subprocess.run(cmd).returncode:
-            raise SetupError(f"`{' '.join(cmd)}` failed; see its output above")
-    return evcxr_binary()
+    try:
+        return evcxr_build.ensure(log)
+    except evcxr_build.BuildError as exc:
+        raise SetupError(str(exc)) from None
 
 
 # -- configuration -------------------------------------------------------------------------
@@ -285,8 +261,8 @@ def write_stand_ins() -> None:
 
 def setup(purpose: str = "learner") -> None:
     """Everything but the prewarm (setup/prewarm.py), which needs the kernels written here.
-    evcxr_jupyter compiles (minutes of CPU on a fresh machine) while the Debian packages and
-    the standard-library sources download."""
+    evcxr_jupyter compiles (minutes of CPU on a fresh machine; `make` starts it before pip,
+    setup/evcxr_build.py) while the Debian packages and the standard-library sources download."""
     with ThreadPoolExecutor(1) as building:
         evcxr_built = building.submit(ensure_evcxr)
         ensure_system_packages(purpose)
