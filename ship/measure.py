@@ -112,12 +112,14 @@ def tch_env() -> dict:
     return env
 
 
-def build(crate: str, env: dict | None = None, timeout: float = 1800) -> tuple[Path, float]:
-    """`cargo build --release --locked -p crate`; returns the binary and the seconds it took."""
-    env = dict(env or os.environ, CARGO_TARGET_DIR=str(target_dir()))
+def build(crate: str, env: dict | None = None, timeout: float = 1800, release: bool = True) -> tuple[Path, float]:
+    """`cargo build --release --locked -p crate`; returns the binary and the seconds it took.
+    `release=False`: cargo's dev profile without debug info, the same program unoptimised (the
+    tests' build: a fraction of the compile time, with overflow checks on)."""
+    env = dict(env or os.environ, CARGO_TARGET_DIR=str(target_dir()), CARGO_PROFILE_DEV_DEBUG="false")
     started = time.monotonic()
     proc = subprocess.run(
-        ["cargo", "build", "--release", "--locked", "-p", crate],
+        ["cargo", "build", *(["--release"] if release else []), "--locked", "-p", crate],
         cwd=SHIP,
         env=env,
         capture_output=True,
@@ -127,7 +129,7 @@ def build(crate: str, env: dict | None = None, timeout: float = 1800) -> tuple[P
     seconds = time.monotonic() - started
     if proc.returncode:
         raise RuntimeError(f"cargo build -p {crate} failed:\n{proc.stderr[-4000:]}")
-    return target_dir() / "release" / crate, seconds
+    return target_dir() / ("release" if release else "debug") / crate, seconds
 
 
 def needed_libs(binary: Path, env: dict) -> list[Path]:

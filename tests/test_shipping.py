@@ -28,12 +28,14 @@ def _measure_module():
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory):
     """PyTorch's model and test images exported to a temporary folder, and the Candle binary
-    built from ship/ (`cargo build --release --locked`; the target directory is kept under
-    ~/.cache/coursekit/ship-target, so a rerun only checks it)."""
+    built from ship/ (`cargo build --locked`: the dev profile, which compiles in a fraction of
+    the release build's time, overflow checks on; ship/measure.py builds and measures the
+    release binary. The target directory is kept under ~/.cache/coursekit/ship-target, so a
+    rerun only checks it)."""
     measure = _measure_module()
     work = tmp_path_factory.mktemp("ship")
     ref = measure.export(work)
-    binary, _ = measure.build("digits-candle", timeout=1200)
+    binary, _ = measure.build("digits-candle", timeout=1200, release=False)
     return {"work": work, "binary": binary, **ref}
 
 
