@@ -112,7 +112,9 @@ def tch_env() -> dict:
     return env
 
 
-def build(crate: str, env: dict | None = None, timeout: float = 1800, release: bool = True) -> tuple[Path, float]:
+def build(
+    crate: str, env: dict | None = None, timeout: float = 1800, release: bool = True
+) -> tuple[Path, float]:
     """`cargo build --release --locked -p crate`; returns the binary and the seconds it took.
     `release=False`: cargo's dev profile without debug info, the same program unoptimised (the
     tests' build: a fraction of the compile time, with overflow checks on)."""
