@@ -1,6 +1,7 @@
 """Shared by every test run, whatever paths it names (course/ notebooks alone too): the
-repository root, a kernel session per test module, one worker per notebook under xdist, and
-nbval's comparison up to floating-point noise."""
+repository root, a kernel session per test module, one worker per notebook under xdist,
+nbval's comparison up to floating-point noise, and nbval's kernels started again when a
+port was taken."""
 
 from __future__ import annotations
 
@@ -11,9 +12,34 @@ from pathlib import Path
 import pytest
 
 from coursekit.content.float_noise import keep_matching
-from coursekit.kernel.session import KernelSession
+from coursekit.kernel.session import KernelSession, start_retrying
 
 ROOT = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def port_taken_first():
+    """A KernelManager class whose first instance starts its kernel on a TCP port that another
+    process holds (the port race of coursekit.kernel.session.start_retrying), and the list of
+    the instances made."""
+    import socket
+
+    from jupyter_client.manager import KernelManager
+
+    managers = []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+
+        class FirstOnATakenPort(KernelManager):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                if not managers:
+                    self.cache_ports = False  # else the launcher picks the ports again
+                    self.control_port = taken.getsockname()[1]
+                managers.append(self)
+
+        yield FirstOnATakenPort, managers
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +63,18 @@ def _compare_up_to_noise():
 
 
 _compare_up_to_noise()
+
+
+def _start_nbval_kernels_again_on_a_taken_port():
+    """nbval starts each notebook's kernel on TCP ports Jupyter picked; another test starting a
+    kernel may take one first: start it again on new ones (coursekit.kernel.session)."""
+    import nbval.kernel
+
+    start = nbval.kernel.start_new_kernel
+    nbval.kernel.start_new_kernel = lambda *args, **kw: start_retrying(lambda: start(*args, **kw))
+
+
+_start_nbval_kernels_again_on_a_taken_port()
 
 
 # Test modules whose tests share nothing: xdist may spread them over its workers. Every other

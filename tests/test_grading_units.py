@@ -336,35 +336,16 @@ def test_nbgrader_is_forked_only_where_the_main_module_is_not_run_again(monkeypa
     assert grade._forkable()
 
 
-def test_a_kernel_whose_port_was_taken_is_started_again_on_fresh_ports():
+def test_a_kernel_whose_port_was_taken_is_started_again_on_fresh_ports(port_taken_first):
     """Jupyter picks a kernel's TCP ports free, then the kernel binds them: a process that
     takes one meanwhile kills the kernel at start (`Address already in use`, seen once in a
     whole test run). The grader starts it again instead of failing the notebook."""
-    import socket
-
-    from jupyter_client.manager import KernelManager
-
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    managers = []
-
-    class FirstOnATakenPort(KernelManager):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            if not managers:
-                self.cache_ports = False  # else the launcher picks the ports again
-                self.control_port = taken.getsockname()[1]
-            managers.append(self)
-
+    manager_class, managers = port_taken_first
     nb = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell("print(6 * 7)")],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
-    try:
-        ex = harness.GradedExecute(kernel_manager_class=FirstOnATakenPort, kernel_name="python3")
-        ex.preprocess(nb, {"metadata": {"path": str(ROOT)}})
-    finally:
-        taken.close()
+    ex = harness.GradedExecute(kernel_manager_class=manager_class, kernel_name="python3")
+    ex.preprocess(nb, {"metadata": {"path": str(ROOT)}})
     assert len(managers) == 2
     assert nb.cells[0].outputs[0]["text"] == "42\n"

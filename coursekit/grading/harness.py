@@ -31,6 +31,8 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
+from ..kernel.session import start_retrying
+
 PASS_MIME = "application/x-coursekit-test-passed"  # also in the prelude (grading::PASS_MIME)
 HIDDEN_BEGIN = "// BEGIN HIDDEN TESTS"
 LOST_STATE = ("CellTimeoutError", "KeyboardInterrupt", "RustProcessExited", "EvcxrCrash")
@@ -236,18 +238,14 @@ class GradedExecute(Execute):
                             cell.outputs = [_not_run(f"the kernel died {restarts} times")]
                     return
 
-    def _start_kernel(self, stack: contextlib.ExitStack, tries: int = 3) -> None:
-        """A kernel, started again on fresh ports if it dies before it answers: Jupyter picks
-        free TCP ports, then the kernel binds them, and a process starting another kernel
-        meanwhile may take one (`Address already in use`: once in a whole test run)."""
-        for attempt in range(1, tries + 1):
-            try:
-                stack.enter_context(self.setup_kernel())
-                return
-            except RuntimeError as exc:
-                if "died before replying" not in str(exc) or attempt == tries:
-                    raise
-                self.km, self.kc = None, None
+    def _start_kernel(self, stack: contextlib.ExitStack) -> None:
+        """A kernel, started again on fresh ports if it dies before it answers."""
+
+        def start():
+            self.km, self.kc = None, None  # nbclient makes new ones, with new ports
+            stack.enter_context(self.setup_kernel())
+
+        start_retrying(start)
 
     def _replay(self, nb, upto: int, skip: set[int]) -> None:
         """Rebuild the state of cells [0, upto) in a fresh kernel, keeping their outputs."""

@@ -24,6 +24,8 @@ import zmq
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
 
+from .session import start_retrying
+
 OUTPUT_TYPES = {"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"}
 LIVENESS_CHECK_MS = 100  # while nothing arrives, check this often that evcxr is alive
 SETTLE_LIMIT_S = 10  # the longest wait, after the cell's reply, for a line it printed
@@ -94,12 +96,17 @@ class EvcxrChild:
 
     # -- life cycle (worker thread) ---------------------------------------------------
     def _start(self):
+        start_retrying(self._start_once)  # a port taken before evcxr bound it: new ports
+
+    def _start_once(self):
         self._km = KernelManager(kernel_name="evcxr", kernel_spec_manager=_EvcxrSpec())
         self.stderr_log = tempfile.TemporaryFile()  # noqa: SIM115 (no name: nothing left if we are killed)
         self._km.start_kernel(preexec_fn=_die_with_parent, stdout=self.stderr_log, stderr=self.stderr_log)
         try:
             self._connect()
         except RuntimeError as exc:
+            if self._kc is not None:
+                self._kc.stop_channels()
             raise RuntimeError(f"{exc}; evcxr said: {self.stderr_tail()}") from None
 
     def stderr_tail(self, n: int = 2000) -> str:

@@ -36,6 +36,19 @@ class Ran(NamedTuple):
         return None if self.ok else f"{self.reply.get('ename')}: {self.reply.get('evalue')}"
 
 
+def start_retrying(start, tries: int = 3):
+    """`start()` starts a kernel on the TCP ports Jupyter picked and waits for its first
+    reply; when the kernel died before that reply, it runs again (new ports), up to `tries`
+    times. Jupyter picks free ports, then the kernel binds them, and a process starting
+    another kernel meanwhile may take one (`Address already in use`: seen once in a test run)."""
+    for attempt in range(1, tries + 1):
+        try:
+            return start()
+        except RuntimeError as exc:
+            if "died before replying" not in str(exc) or attempt == tries:
+                raise
+
+
 def ipc_manager(name: str, spec_manager=None, manager_class=KernelManager):
     """A kernel manager that talks over Unix sockets in a short private directory (no TCP
     port, and no "running over TCP without encryption" warning), and that directory."""
