@@ -9,7 +9,6 @@ keeps two builds from running at once.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .. import pins
-from .slots import cache_dir
+from .slots import cache_dir, lock_file
 
 
 class BuildError(RuntimeError):
@@ -52,15 +51,8 @@ def _log_file() -> Path:
 
 
 def _locked(wait: bool) -> int | None:
-    """An fd holding the build lock; None when another process holds it and `wait` is False."""
     cache_dir().mkdir(parents=True, exist_ok=True)
-    fd = os.open(cache_dir() / "evcxr-build.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return lock_file(cache_dir() / "evcxr-build.lock", wait)
 
 
 def ensure(log) -> Path:

@@ -76,15 +76,21 @@ def ensure_pool(pool: Path | None = None) -> Path:
     return pool
 
 
-def _lock(slot: Path, wait: bool) -> int | None:
-    slot.mkdir(exist_ok=True)
-    fd = os.open(slot / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+def lock_file(path: Path, wait: bool) -> int | None:
+    """An fd holding an exclusive lock on `path` (created if missing), released when the fd is
+    closed or the process ends; None when another process holds it and `wait` is False."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
         os.close(fd)
         return None
     return fd
+
+
+def _lock(slot: Path, wait: bool) -> int | None:
+    slot.mkdir(exist_ok=True)
+    return lock_file(slot / ".lock", wait)
 
 
 def busy(name: int | str) -> bool:
