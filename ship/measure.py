@@ -118,7 +118,9 @@ def build(
     """`cargo build --release --locked -p crate`; returns the binary and the seconds it took.
     `release=False`: cargo's dev profile without debug info, the same program unoptimised (the
     tests' build: a fraction of the compile time, with overflow checks on)."""
-    env = dict(env or os.environ, CARGO_TARGET_DIR=str(target_dir()), CARGO_PROFILE_DEV_DEBUG="false")
+    env = dict(env or os.environ, CARGO_TARGET_DIR=str(target_dir()))
+    if not release:
+        env["CARGO_PROFILE_DEV_DEBUG"] = "false"
     started = time.monotonic()
     proc = subprocess.run(
         ["cargo", "build", *(["--release"] if release else []), "--locked", "-p", crate],
