@@ -253,6 +253,68 @@ def bench_startup(fw: str) -> dict:
     return phases
 
 
+LOOP_EXERCISES = {"tch": "01_tch", "candle": "02_candle", "burn": "03_burn", "dfdx": "04_dfdx"}
+EDIT_S = 60  # a learner's edit between two saves, during which `watch` prepares the next check
+VERDICT = re.compile(r"\] \S+ (passed|failed)$")
+
+
+def _timed_lines(cmd: list[str], until, timeout: float = 900) -> list[tuple[float, str]]:
+    """Run `cmd` (Python's own modules), each line of its output with the seconds since the start;
+    stop it once `until(lines)` holds."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, *cmd], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[tuple[float, str]] = []
+    try:
+        for line in proc.stdout:
+            lines.append((time.monotonic() - started, line.rstrip()))
+            if until(lines) or time.monotonic() - started > timeout:
+                break
+    finally:
+        proc.terminate()  # `watch` stops as on Ctrl-C: it closes the kernel it started ahead
+        rest, _ = proc.communicate(timeout=60)
+    if proc.returncode not in (0, 1):  # `check` exits 1 when a task fails
+        raise RuntimeError(f"{cmd} exited with {proc.returncode}: {rest[-2000:]}")
+    return lines
+
+
+def _verdict_times(lines: list[tuple[float, str]], since: float = 0.0) -> tuple[float, float, str]:
+    """Seconds to the first test's verdict and to the score line after `since`; the score line."""
+    after = [(t, line) for t, line in lines if t >= since]
+    first = next(t for t, line in after if VERDICT.search(line))
+    end, score = next((t, line) for t, line in after if "tasks pass" in line)
+    return first - since, end - since, score
+
+
+def bench_loop(fw: str, scratch: Path) -> dict:
+    """The learner's loop on the framework's tensor exercise (warm caches): `coursekit check` of
+    the unsolved notebook, then `coursekit watch`, with the solved notebook saved over the
+    unsolved one EDIT_S after the first verdicts."""
+    name = LOOP_EXERCISES[fw] + ".ipynb"
+    mine = scratch / "loop" / fw / "02_tensors" / name
+    mine.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "exercises" / "02_tensors" / name, mine)
+    row = {}
+    check = _timed_lines(["-m", "coursekit", "check", str(mine)], lambda lines: False)
+    row["check_first_s"], row["check_s"], _ = _verdict_times(check)
+    saved = []
+
+    def save_once_checked(lines) -> bool:
+        if not saved and "tasks pass" in lines[-1][1]:
+            time.sleep(EDIT_S)
+            saved.append(lines[-1][0] + EDIT_S)
+            shutil.copy(ROOT / "solutions" / "02_tensors" / name, mine)
+        return len([1 for _, line in lines if "tasks pass" in line]) == 2
+
+    watch = _timed_lines(["-m", "coursekit", "watch", str(mine)], save_once_checked)
+    row["watch_first_s"], row["watch_s"], score = _verdict_times(watch, since=saved[0])
+    if not any("kernel ready" in line for t, line in watch if t >= saved[0]):
+        raise RuntimeError(f"{fw}: watch's check after the save did not run in the kernel started ahead")
+    row["watch_score"] = score.strip()
+    return row
+
+
 def bench_kernel_overhead(rounds: int = 15) -> dict:
     """The same dependency-free cells on both kernels, alternating so that drift in the
     machine's load hits both alike."""
@@ -603,6 +665,7 @@ def write_results(
     measured: dict | None = None,
     startup: dict | None = None,
     image: dict | None = None,
+    loop: dict | None = None,
 ) -> Path:
     measured = measured or {}
 
@@ -676,6 +739,29 @@ def write_results(
             "and expands its macros once per kernel, and keeps nothing between kernels. It "
             "reads a lean copy of the standard library's sources (`coursekit/setup/rust_src.py`: "
             "no x86 intrinsics, no library workspace), which cut this by 3-6 s per framework.",
+            "",
+        ]
+    if loop:
+        lines += [
+            "## The learner's loop: `coursekit check` and `coursekit watch`",
+            "",
+            *when("loop"),
+            "| framework | `check` of the unsolved tensor exercise: first verdict, all | "
+            "`watch`: after a save, first verdict, all | score after the save |",
+            "|---|---|---|---|",
+            *(
+                f"| {fw} | {r['check_first_s']:.1f} s, {r['check_s']:.1f} s | "
+                f"{r['watch_first_s']:.1f} s, {r['watch_s']:.1f} s | {r['watch_score']} |"
+                for fw, r in loop.items()
+            ),
+            "",
+            "Warm caches; seconds from the command's start (`check`) or from the save (`watch`) "
+            "to the first test's verdict line and to the score line. `check` starts a fresh "
+            "kernel, which loads the notebook's crates (evcxr's analyzer indexes them: the "
+            "start-up profile above). After each verdict `watch` starts the next check's kernel, "
+            "which loads them while the learner edits; here the solved notebook is saved "
+            f"{EDIT_S} s after the first verdicts, and its check runs in that kernel. Goals: ≤ 15 s "
+            "for a framework exercise's check, the first verdict within that.",
             "",
         ]
     lines += [
@@ -850,6 +936,7 @@ def write_results(
                 "tests": tests,
                 "binder": binder,
                 "startup": startup,
+                "loop": loop,
                 "image": image,
                 "measured": measured,
             },
@@ -863,6 +950,7 @@ def write_results(
 PARTS = (
     "frameworks",
     "startup",
+    "loop",
     "overhead",
     "grading",
     "binder",
@@ -907,6 +995,12 @@ def bench(
             for fw in frameworks or list(pins.frameworks()):
                 print(f"[bench] start-up profile: {fw} ...", flush=True)
                 startup[fw] = bench_startup(fw)
+        loop = dict(previous.get("loop") or {})
+        if "loop" in parts:
+            for fw in frameworks or list(pins.frameworks()):
+                print(f"[bench] the learner's loop: {fw} ...", flush=True)
+                loop[fw] = bench_loop(fw, scratch)
+                print(f"[bench] {fw}: {loop[fw]}", flush=True)
         binder = previous.get("binder")
         if "binder" in parts:
             print("[bench] within Binder's limits ...", flush=True)
@@ -920,6 +1014,6 @@ def bench(
             tests = json.loads((ROOT / ".coursekit" / "test-times.json").read_text())
         except (OSError, ValueError):
             tests = previous.get("tests")
-        return write_results(rows, overhead, grading, setup_s, tests, binder, measured, startup, image)
+        return write_results(rows, overhead, grading, setup_s, tests, binder, measured, startup, image, loop)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

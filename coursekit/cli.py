@@ -76,8 +76,14 @@ def _check(args) -> int:
 
 
 def _watch(args) -> int:
+    import signal
+
     from .learner.check import watch
 
+    def stop(signum, frame):  # as Ctrl-C: watch closes the kernel it started ahead
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     return watch(Path(args.notebook), hints=args.hints, color=sys.stdout.isatty())
 
 
@@ -230,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     p["bench"].add_argument(
         "--only",
         action="append",
-        choices=["frameworks", "startup", "overhead", "grading", "binder", "image"],
+        choices=["frameworks", "startup", "loop", "overhead", "grading", "binder", "image"],
         help="only these parts",
     )
     p["check"].add_argument("notebook", help="e.g. exercises/01_rust/01_values_moves_clone.ipynb")

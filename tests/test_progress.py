@@ -52,6 +52,7 @@ def test_check_then_progress_next_and_solution(tmp_path):
     work.mkdir()
     mine = work / NOTEBOOK
     shutil.copy(ROOT / "exercises" / "01_rust" / NOTEBOOK, mine)
+    add_cell(mine, 'std::fs::write("written_by_a_cell.txt", "x").unwrap();')
 
     unsolved = coursekit("check", str(mine), state=state)
     assert unsolved.returncode == 1
@@ -62,6 +63,7 @@ def test_check_then_progress_next_and_solution(tmp_path):
     # while it runs, a line when the kernel has started and one per test, before the verdicts
     running = unsolved.stdout.split("FAIL scale")[0]
     assert re.search(r"\[ *\d+ s\] kernel started", running), unsolved.stdout
+    assert sorted(os.listdir(work)) == [NOTEBOOK], "the cells ran in a private directory"
     assert re.search(r"\[ *\d+ s\] test_scale failed", running), unsolved.stdout
     scale = exercises.find("01_rust/scale")
     first, second, third = (coursekit("hint", "01_rust/scale", state=state) for _ in range(3))
@@ -87,6 +89,73 @@ def test_check_then_progress_next_and_solution(tmp_path):
     first_other = next(t for t in exercises.all_tasks() if t.notebook != NOTEBOOK)
     assert f"task {first_other.id}" in nxt.stdout
     assert coursekit("solution", "01_rust/scale", state=state).returncode == 0
+
+
+@pytest.mark.full
+def test_a_check_runs_in_the_kernel_started_ahead_or_a_fresh_one_if_it_died(tmp_path, capsys):
+    """`watch`'s kernel started ahead: the check runs in it, its cells in a private directory;
+    if that kernel died meanwhile (a zombie its parent has not reaped yet), in a fresh one."""
+    import signal
+    import time
+
+    import psutil
+
+    from coursekit.learner import check
+
+    mine = tmp_path / "01_rust" / NOTEBOOK
+    mine.parent.mkdir()
+    shutil.copy(ROOT / "solutions" / "01_rust" / NOTEBOOK, mine)
+    add_cell(mine, 'std::fs::write("written_by_a_cell.txt", "x").unwrap();')
+    for dies in (False, True):
+        ahead = check.kernel_ahead(mine)
+        try:
+            if dies:
+                os.killpg(ahead.km.provisioner.pid, signal.SIGKILL)
+                while psutil.Process(ahead.km.provisioner.pid).status() != psutil.STATUS_ZOMBIE:
+                    time.sleep(0.05)
+            _, results, summary = check.verdicts(mine, check.exercise_tasks(mine), ahead=ahead)
+            assert os.listdir(ahead.cwd) == ([] if dies else ["written_by_a_cell.txt"])
+        finally:
+            ahead.close()
+        out = capsys.readouterr().out
+        assert re.search(r"\[ *\d+ s\] kernel " + ("started" if dies else "ready"), out), out
+        assert summary.startswith("4/4 tasks pass") and all(ok for ok, _ in results.values()), out
+        assert sorted(os.listdir(mine.parent)) == [NOTEBOOK]
+
+
+def test_memory_free_is_the_nearest_cgroup_limit(tmp_path, monkeypatch):
+    """A Binder pod's limit, not the machine's free memory, is what a kernel may take."""
+    import psutil
+
+    from coursekit.learner.check import memory_free
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"available": 20 << 30}))
+    root, proc = tmp_path / "cgroup", tmp_path / "proc"
+    (root / "pod" / "kernel").mkdir(parents=True)
+    proc.mkdir()
+    (proc / "cgroup").write_text("0::/pod/kernel\n")
+    (root / "pod" / "kernel" / "memory.max").write_text("max\n")
+    (root / "pod" / "kernel" / "memory.current").write_text(str(1 << 30))
+    assert memory_free(root, proc) == 20 << 30, "no limit: the machine's available memory"
+    (root / "pod" / "memory.max").write_text(str(2 << 30))
+    (root / "pod" / "memory.current").write_text(str(3 << 29))
+    assert memory_free(root, proc) == 1 << 29, "a limit above the process's own cgroup counts"
+    (proc / "cgroup").write_text("0::/\n")
+    assert memory_free(root, proc) == 20 << 30
+    v1 = root / "memory" / "pod"  # cgroup v1: the memory controller's own tree
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(str(2 << 30))
+    (v1 / "memory.usage_in_bytes").write_text(str(7 << 28))
+    (proc / "cgroup").write_text("4:memory:/pod\n1:cpu:/\n0::/\n")
+    assert memory_free(root, proc) == 1 << 28
+
+
+def add_cell(path, source: str) -> None:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    nbformat.write(nb, path)
 
 
 def with_answers(path, answers: dict[str, str]) -> None:
@@ -136,9 +205,13 @@ def test_check_shows_the_real_error_whole_and_names_hidden_tests(tmp_path):
     assert "PASS reshape" in out and "1/4 tasks pass" in out
 
 
-def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("memory", ["enough", "too little"])
+def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(
+    tmp_path, monkeypatch, capsys, memory
+):
     """`coursekit watch`: a save that changes only outputs does not check again; a save that
-    changes code does, and reports only the tasks whose verdict or report changed."""
+    changes code does, and reports only the tasks whose verdict or report changed. After a
+    verdict, the next check's kernel starts ahead where memory allows; every one is closed."""
     import threading
     import time
 
@@ -149,9 +222,20 @@ def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(tmp_pat
     path = tmp_path / NOTEBOOK
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("fn scale() { todo!() }")])
     nbformat.write(nb, path)
-    seen = []
+    seen, started, closed = [], [], []
 
-    def fake_verdicts(notebook, hints, color):
+    class FakeAhead:
+        def __init__(self, notebook):
+            started.append(self)
+
+        def close(self):
+            closed.append(self)
+
+    def fake_verdicts(notebook, tasks, hints, color, ahead):
+        if memory == "enough" and seen:
+            assert ahead in started and ahead not in closed, "the kernel started after the last verdict"
+        else:
+            assert ahead is None
         code = check.code_of(notebook)
         seen.append(code)
         solved = "todo" not in code
@@ -162,6 +246,10 @@ def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(tmp_pat
         return [], tasks, f"{int(solved)}/2 tasks pass"
 
     monkeypatch.setattr(check, "verdicts", fake_verdicts)
+    monkeypatch.setattr(check, "kernel_ahead", FakeAhead)
+    monkeypatch.setattr(check, "exercise_tasks", lambda notebook: ["a task"])
+    monkeypatch.setattr(check, "memory_free", lambda: check.AHEAD_NEEDS - (memory != "enough"))
+    ahead = 1 if memory == "enough" else 0
     watcher = threading.Thread(target=check.watch, args=(path,), kwargs={"interval": 0.02, "rounds": 2})
     watcher.start()
     deadline = time.monotonic() + 10
@@ -171,11 +259,14 @@ def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(tmp_pat
     nbformat.write(nb, path)
     time.sleep(0.2)
     assert len(seen) == 1, "a save without a code change checked again"
+    assert len(started) == ahead and not closed, "the next check's kernel starts after a verdict"
     nb.cells[0].source = "fn scale() { 2 }"
     nbformat.write(nb, path)
     watcher.join(timeout=10)
     assert not watcher.is_alive() and len(seen) == 2
+    assert len(started) == ahead and closed == started, "no kernel left running"
     out = capsys.readouterr().out
+    assert ("too little memory free" in out) == (memory != "enough")
     first, second = out.split("1/2 tasks pass")[0], out.split("0/2 tasks pass")[1]
     assert "FAIL scale" in first and "FAIL other" in first
     assert "PASS scale" in second and "FAIL other" not in second

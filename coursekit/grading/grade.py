@@ -455,6 +455,11 @@ def python_cells(released: nbformat.NotebookNode) -> str:
     return ",".join(hashlib.sha256(b.encode()).hexdigest() for b in bodies if b is not None)
 
 
+def kernel_env(released: nbformat.NotebookNode) -> dict[str, str]:
+    """What a graded run's kernel is told: it is graded, and which %%python cells it may run."""
+    return {"COURSEKIT_GRADED": "1", "COURSEKIT_PYTHON_CELLS": python_cells(released)}
+
+
 def run_job(
     sub: Submission,
     templates: Templates,
@@ -462,10 +467,14 @@ def run_job(
     settings: Settings | None = None,
     feedback_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    kernel_ahead: Path | None = None,
 ) -> Record:
     """Grade one submitted notebook; never raises for a bad submission. `progress` is told
-    what the harness reports while the notebook runs (the kernel started, each test's verdict)."""
+    what the harness reports while the notebook runs (the kernel started, each test's verdict).
+    `kernel_ahead`: the handoff of a KernelAhead to run in first (the learner's own check only)."""
     settings = settings or Settings()
+    if kernel_ahead is not None and settings.sandboxed:
+        raise ValueError("a sandboxed run starts its own kernels")
     started = time.monotonic()
     start_nbgrader_server()
     record = Record(sub.student, sub.assignment, sub.notebook, input_key(sub, settings))
@@ -499,11 +508,9 @@ def run_job(
             cell_timeout=settings.cell_timeout, notebook_timeout=settings.notebook_timeout
         )
         events = job.root / "events.json"  # what the harness saw happen
-        env = {
-            "COURSEKIT_GRADED": "1",
-            "COURSEKIT_PYTHON_CELLS": python_cells(released),
-            "COURSEKIT_EVENTS": str(events),
-        }
+        env = {**kernel_env(released), "COURSEKIT_EVENTS": str(events)}
+        if kernel_ahead is not None:
+            env[harness.KERNEL_AHEAD] = str(kernel_ahead)
         if settings.sandboxed:
             config += 'c.Execute.kernel_manager_class = "coursekit.grading.sandbox.SandboxedKernelManager"\n'
             sandbox.clone_template(job)

@@ -14,6 +14,8 @@ nbgrader's Validate (nbgrader_config.py), so the three reach the same verdict:
   costs only that cell: a fresh kernel replays the cells before it (tests excepted) and
   the notebook goes on.
 - A cell's output is capped in bytes, whatever form it takes.
+- `coursekit watch` may hand over a kernel it started before the check (KERNEL_AHEAD): the
+  notebook runs in it first. Only the learner's own check does; graded runs never.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from ..kernel.session import start_retrying
+from ..kernel.session import attach, start_retrying
 
+KERNEL_AHEAD = "COURSEKIT_KERNEL_AHEAD"  # a KernelAhead's handoff file
 PASS_MIME = "application/x-coursekit-test-passed"  # also in the prelude (grading::PASS_MIME)
 HIDDEN_BEGIN = "// BEGIN HIDDEN TESTS"
 LOST_STATE = ("CellTimeoutError", "KeyboardInterrupt", "RustProcessExited", "EvcxrCrash")
@@ -188,11 +191,11 @@ class GradedExecute(Execute):
             try:
                 started = time.monotonic()
                 with contextlib.ExitStack() as stack:
-                    self._start_kernel(stack)
+                    ahead = self._start_kernel(stack)
                     info = self.wait_for_reply(self.kc.kernel_info())
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
                     self.seconds["kernel start"] += time.monotonic() - started
-                    self._progress("kernel started")
+                    self._progress("kernel ready" if ahead else "kernel started")
                     self._replay(nb, start, skip | tests)
                     for index in range(start, len(nb.cells)):
                         self._current = index
@@ -238,14 +241,22 @@ class GradedExecute(Execute):
                             cell.outputs = [_not_run(f"the kernel died {restarts} times")]
                     return
 
-    def _start_kernel(self, stack: contextlib.ExitStack) -> None:
-        """A kernel, started again on fresh ports if it dies before it answers."""
+    def _start_kernel(self, stack: contextlib.ExitStack) -> bool:
+        """A kernel: the one started ahead, the first time and if it is still alive; else a
+        fresh one, started again on fresh ports if it dies before it answers. True: ahead."""
+        ahead = os.environ.pop(KERNEL_AHEAD, "")
+        km = attach(ahead, self.kernel_name or self.nb.metadata.kernelspec.name) if ahead else None
+        if km is not None:
+            self.km, self.kc = km, None
+            stack.enter_context(self.setup_kernel())
+            return True
 
         def start():
             self.km, self.kc = None, None  # nbclient makes new ones, with new ports
             stack.enter_context(self.setup_kernel())
 
         start_retrying(start)
+        return False
 
     def _replay(self, nb, upto: int, skip: set[int]) -> None:
         """Rebuild the state of cells [0, upto) in a fresh kernel, keeping their outputs."""

@@ -25,6 +25,7 @@ from ..content.notebooks import LANGUAGE_INFO, split_python
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
 from .outputs import LOST, UNAVAILABLE, CellOutputs, error_output
+from .session import WARM_UP
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
 NOT_RUN = "Rust was still starting or loading the notebook's crates; your variables are kept"
@@ -59,7 +60,7 @@ class RustPyTorchKernel(IPythonKernel):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.rust = EvcxrChild(self.log)
-        self._warm_up(os.environ.get("JPY_SESSION_NAME", ""))
+        self._warm_up(os.environ.get("JPY_SESSION_NAME") or os.environ.get(WARM_UP, ""))
         self._pending_bindings: list[str] = []
         self.shell.user_ns["rust"] = values.SharedValues()
         self.shell.user_ns["to_rust"] = self._to_rust
@@ -77,7 +78,8 @@ class RustPyTorchKernel(IPythonKernel):
     def _warm_up(self, notebook: str) -> None:
         """Load the notebook's crates while the learner reads its first cells.
 
-        jupyter_server names the notebook a kernel serves (JPY_SESSION_NAME). Its first code
+        jupyter_server names the notebook a kernel serves (JPY_SESSION_NAME); `coursekit
+        watch` names the one its kernel started ahead of the next check will run. Its first code
         cell's `:dep` lines are run in evcxr now, silently, and a variable is defined and
         dropped so that evcxr's analyzer indexes the crates too; when the learner runs that
         cell, evcxr finds it all done. Only `:dep` lines are run, never the learner's code.

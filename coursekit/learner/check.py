@@ -4,39 +4,49 @@ the learner's own code on the learner's machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from pathlib import Path
 
 import nbformat
+import psutil
 
-from ..grading.grade import Settings, Submission, Templates, run_job
+from ..grading.grade import Settings, Submission, Templates, kernel_env, run_job
+from ..kernel.session import KernelAhead
 from ..setup import slots
 from . import exercises, progress
 
 CHECK_CELL_TIMEOUT_S = 900
+AHEAD_NEEDS = 2 << 30  # bytes free for `watch` to hold a kernel between checks (Burn's: 1.5 GiB)
 TEMPLATES = slots.cache_dir() / "check-templates"  # released notebooks, kept between checks
 GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
 
 
 def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
-    report = verdicts(notebook, hints, color)
-    if report is None:
+    tasks = exercise_tasks(notebook)
+    if not tasks:
         return 2
-    lines, tasks, summary = report
-    print("\n".join(lines + [text for _, text in tasks.values()] + [summary]))
-    return 0 if all(ok for ok, _ in tasks.values()) else 1
+    lines, results, summary = verdicts(notebook, tasks, hints, color)
+    print("\n".join(lines + [text for _, text in results.values()] + [summary]))
+    return 0 if all(ok for ok, _ in results.values()) else 1
 
 
-def verdicts(notebook: Path, hints: bool = False, color: bool = True):
-    """Grade `notebook`: (notes and errors, {task key: (passes, its report)}, the score line),
-    or None when it is not an exercise notebook."""
+def exercise_tasks(notebook: Path) -> list[exercises.Task]:
+    """The tasks of an exercise notebook; none, with a message, for any other file."""
     notebook = notebook.resolve()
     assignment = notebook.parent.name
-    tasks = [t for t in exercises.all_tasks() if t.assignment == assignment and t.notebook == notebook.name]
-    if not tasks:
+    found = [t for t in exercises.all_tasks() if t.assignment == assignment and t.notebook == notebook.name]
+    if not found:
         print(f"{notebook} is not an exercise notebook of this course (exercises/ASSIGNMENT/NAME.ipynb)")
-        return None
+    return found
+
+
+def verdicts(notebook: Path, tasks: list, hints=False, color=True, ahead: KernelAhead | None = None):
+    """Grade `notebook`, whose tasks are `tasks`: (notes and errors, {task key: (passes, its
+    report)}, the score line). `ahead`: a kernel to run it in first."""
+    notebook = notebook.resolve()
+    assignment = notebook.parent.name
     print(f"checking {assignment}/{notebook.name} (visible and hidden tests) ...", flush=True)
     g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
     started = time.monotonic()
@@ -53,6 +63,7 @@ def verdicts(notebook: Path, hints: bool = False, color: bool = True):
             # compile of a framework on one slow CPU
             Settings(sandboxed=False, cell_timeout=CHECK_CELL_TIMEOUT_S),
             progress=running,
+            kernel_ahead=ahead.handoff if ahead else None,
         )
     lines = [f"  {d}note: {note}{e}" for note in record.notes]
     if record.error:
@@ -91,12 +102,58 @@ def code_of(notebook: Path) -> str:
     return "\n\0".join(c.source for c in nb.cells if c.cell_type == "code")
 
 
+def kernel_ahead(notebook: Path) -> KernelAhead:
+    """A kernel for the next check of `notebook`, started now, with the environment a check's
+    kernel gets; it loads the notebook's crates while the learner edits."""
+    notebook = notebook.resolve()
+    assignment = notebook.parent.name
+    with tempfile.TemporaryDirectory(prefix="coursekit-check-") as work:
+        template = Templates(Path(work), cache=TEMPLATES).get(assignment, notebook.name)
+        released = nbformat.read(template / "exercises" / assignment / notebook.name, as_version=4)
+    return KernelAhead(notebook, kernel_env(released))
+
+
+def memory_free(cgroup_root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc/self")) -> int:
+    """Bytes of memory this process may still take: what the machine has available, less
+    where a cgroup above it, such as a Binder pod's, is nearer its limit (cgroup v2 or v1)."""
+    free = psutil.virtual_memory().available
+    with contextlib.suppress(OSError):
+        for line in (proc / "cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":  # v2
+                group, limit_file, used_file = cgroup_root, "memory.max", "memory.current"
+            elif "memory" in controllers.split(","):  # v1
+                group, limit_file, used_file = (
+                    cgroup_root / "memory",
+                    "memory.limit_in_bytes",
+                    "memory.usage_in_bytes",
+                )
+            else:
+                continue
+            top, group = group, group / path.strip().lstrip("/")
+            while group.is_relative_to(top):
+                with contextlib.suppress(OSError, ValueError):  # "max", or no such file: no limit here
+                    limit = int((group / limit_file).read_text())
+                    free = min(free, limit - int((group / used_file).read_text()))
+                group = group.parent
+    return free
+
+
 def watch(notebook: Path, hints: bool = False, color: bool = True, interval: float = 1.0, rounds=None) -> int:
     """`coursekit watch`: check again each time the notebook is saved with changed code, like
-    `rustlings watch`; after the first check, only the tasks whose verdict or report changed."""
+    `rustlings watch`; after the first check, only the tasks whose verdict or report changed.
+    After each verdict the next check's kernel starts and loads the notebook's crates while the
+    learner edits, so that check skips a fresh kernel's start (14-24 s with a framework). That
+    kernel holds memory meanwhile: it starts only where AHEAD_NEEDS is free (on Binder, not
+    beside the notebook's own kernel). A check right after another (as `check` itself) gains
+    nothing from it: started together, the two only compete for the CPU (measured)."""
+    tasks = exercise_tasks(notebook)
+    if not tasks:
+        return 2
     previous: dict | None = None
     seen = None
     done = 0
+    ahead = None
     print(f"watching {notebook}: save it to check again (Ctrl-C stops)")
     try:
         while rounds is None or done < rounds:
@@ -105,16 +162,30 @@ def watch(notebook: Path, hints: bool = False, color: bool = True, interval: flo
                 time.sleep(interval)
                 continue
             seen, done = code, done + 1
-            report = verdicts(notebook, hints, color)
-            if report is None:
-                return 2
-            lines, tasks, summary = report
-            texts = {key: text for key, (_, text) in tasks.items()}
+            try:
+                lines, results, summary = verdicts(notebook, tasks, hints, color, ahead)
+            finally:
+                if ahead is not None:
+                    ahead.close()
+                    ahead = None
+            texts = {key: text for key, (_, text) in results.items()}
             changed = [text for key, text in texts.items() if previous is None or previous.get(key) != text]
             print("\n".join(lines + (changed or ["  (no task changed)"]) + [summary]), flush=True)
             previous = texts
+            if rounds is not None and done == rounds:
+                break
+            if memory_free() < AHEAD_NEEDS:
+                print("  (too little memory free to prepare the next check: it will start a fresh kernel)")
+                continue
+            try:
+                ahead = kernel_ahead(notebook)
+            except (OSError, RuntimeError) as exc:  # the next check starts its own kernel
+                print(f"  (the next check's kernel could not be started ahead: {exc})")
     except KeyboardInterrupt:
         pass
+    finally:
+        if ahead is not None:
+            ahead.close()
     return 0
 
 
