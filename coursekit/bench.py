@@ -973,13 +973,18 @@ def bench(
     today = f"{date.today().isoformat()} on {machine()}"
     for part in parts:
         measured[part] = today
+
+    def per_framework(part: str, what: str, measure) -> dict:
+        """The part's figures per framework: measured now if asked for, else the previous."""
+        found = dict(previous.get(part) or {})
+        for fw in (frameworks or list(pins.frameworks())) if part in parts else []:
+            print(f"[bench] {what}: {fw} ...", flush=True)
+            found[fw] = measure(fw)
+            print(f"[bench] {fw}: {found[fw]}", flush=True)
+        return found
+
     try:
-        rows = dict(previous.get("frameworks") or {})
-        if "frameworks" in parts:
-            for fw in frameworks or list(pins.frameworks()):
-                print(f"[bench] {fw} ...", flush=True)
-                rows[fw] = bench_framework(fw, scratch)
-                print(f"[bench] {fw}: {rows[fw]}", flush=True)
+        rows = per_framework("frameworks", "compile and first cells", lambda fw: bench_framework(fw, scratch))
         overhead = previous.get("kernel_overhead")
         if "overhead" in parts:
             print("[bench] kernel overhead ...", flush=True)
@@ -990,17 +995,8 @@ def bench(
         if "grading" in parts:
             print("[bench] grading throughput ...", flush=True)
             grading = [bench_grading(scratch, *graded) for graded in GRADED]
-        startup = dict(previous.get("startup") or {})
-        if "startup" in parts:
-            for fw in frameworks or list(pins.frameworks()):
-                print(f"[bench] start-up profile: {fw} ...", flush=True)
-                startup[fw] = bench_startup(fw)
-        loop = dict(previous.get("loop") or {})
-        if "loop" in parts:
-            for fw in frameworks or list(pins.frameworks()):
-                print(f"[bench] the learner's loop: {fw} ...", flush=True)
-                loop[fw] = bench_loop(fw, scratch)
-                print(f"[bench] {fw}: {loop[fw]}", flush=True)
+        startup = per_framework("startup", "start-up profile", bench_startup)
+        loop = per_framework("loop", "the learner's loop", lambda fw: bench_loop(fw, scratch))
         binder = previous.get("binder")
         if "binder" in parts:
             print("[bench] within Binder's limits ...", flush=True)

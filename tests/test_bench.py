@@ -24,6 +24,7 @@ def test_results_render_from_the_committed_figures(tmp_path, monkeypatch):
         committed.get("measured"),
         committed.get("startup"),
         committed.get("image"),
+        committed.get("loop"),
     )
     page = out.read_text()
     assert "## Compile and first cells, per framework" in page
@@ -36,6 +37,8 @@ def test_results_render_from_the_committed_figures(tmp_path, monkeypatch):
                 assert f"| {label} | {sum(run['pss_peak_parts'].values()) / 2**30:.2f} GiB |" in page
     if committed.get("image"):
         assert "## Binder's image build (postBuild)" in page
+    for fw, r in (committed.get("loop") or {}).items():
+        assert f"| {fw} | {r['check_first_s']:.1f} s, {r['check_s']:.1f} s |" in page
     for part, when in (committed.get("measured") or {}).items():
         assert f"Measured {when}." in page, part
     assert json.loads(out.with_suffix(".json").read_text())["frameworks"] == committed["frameworks"]
