@@ -31,6 +31,7 @@ from jupyter_client.manager import KernelManager
 
 from . import pins
 from .kernel.evcxr_child import evcxr_spec, kernels_dir
+from .learner.memory import oom_kill_count
 from .pins import ROOT
 from .setup import slots
 
@@ -389,7 +390,7 @@ def bench_grading(scratch: Path, assignment: str, notebook: str, students: int) 
 
 # Binder's limits (mybinder.org: about 2 GB of memory, 1 CPU), and what a learner runs there:
 # the heaviest lessons and a check of the heaviest exercise, each alone (tests/test_binder.py
-# runs these), then the Burn lesson with a `coursekit check` of its exercise beside it.
+# runs these), then lessons with a `coursekit check` of their exercise beside them.
 BINDER_MEMORY = 2 << 30
 BINDER_ALONE = {
     "the tch tensor lesson": ["course/02_tensors/01_tch.ipynb"],
@@ -398,6 +399,14 @@ BINDER_ALONE = {
 }
 BINDER_RUNS = {
     **BINDER_ALONE,
+    "a Part 1 lesson (Rust only), with `coursekit check` of its solved exercise beside it": [
+        "course/01_rust_for_pytorch/03_errors.ipynb",
+        "solutions/01_rust/03_errors.ipynb",
+    ],
+    "the tch tensor lesson, with `coursekit check` of its solved exercise beside it": [
+        "course/02_tensors/01_tch.ipynb",
+        "solutions/02_tensors/01_tch.ipynb",
+    ],
     "the Burn tensor lesson, with `coursekit check` of its exercise beside it": [
         "course/02_tensors/03_burn.ipynb",
         "exercises/02_tensors/03_burn.ipynb",
@@ -405,28 +414,56 @@ BINDER_RUNS = {
 }
 
 
-def _limited_cgroups(name: str, limit: int = BINDER_MEMORY) -> list[Path]:
-    """Cgroups (v1 or v2) holding Binder's CPU limit and a memory `limit` (Binder's), for `name`."""
+@contextlib.contextmanager
+def limited_cgroups(name: str, limit: int = BINDER_MEMORY):
+    """Cgroups (v1 or v2) holding Binder's CPU limit and a memory `limit` (Binder's), for
+    `name`; on leaving, what is left in them is killed and they are removed."""
     from .grading.sandbox import CGROUP, _enable_v2_controllers, _v2
 
     if _v2():
         _enable_v2_controllers(CGROUP / "coursekit")
-        d = CGROUP / "coursekit" / name
-        d.mkdir(parents=True)
-        (d / "memory.max").write_text(str(limit))
-        (d / "memory.swap.max").write_text("0")
-        with contextlib.suppress(OSError):  # the cpu controller may not be delegated
-            (d / "cpu.max").write_text("100000 100000")
-        return [d]
-    memory, cpu = CGROUP / "memory" / "coursekit" / name, CGROUP / "cpu" / "coursekit" / name
-    for d in (memory, cpu):
-        d.mkdir(parents=True)
-    (memory / "memory.limit_in_bytes").write_text(str(limit))
-    with contextlib.suppress(OSError):
-        (memory / "memory.memsw.limit_in_bytes").write_text(str(limit))
-    (cpu / "cpu.cfs_period_us").write_text("100000")
-    (cpu / "cpu.cfs_quota_us").write_text("100000")
-    return [memory, cpu]
+        groups = [CGROUP / "coursekit" / name]
+    else:
+        groups = [CGROUP / "memory" / "coursekit" / name, CGROUP / "cpu" / "coursekit" / name]
+    try:
+        for d in groups:
+            d.mkdir(parents=True)
+        set_memory_limit(groups, limit)
+        if _v2():
+            with contextlib.suppress(OSError):  # the cpu controller may not be delegated
+                (groups[0] / "cpu.max").write_text("100000 100000")
+        else:
+            (groups[1] / "cpu.cfs_period_us").write_text("100000")
+            (groups[1] / "cpu.cfs_quota_us").write_text("100000")
+        yield groups
+    finally:
+        for g in groups:
+            with contextlib.suppress(OSError):
+                for pid in (g / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), 9)
+                time.sleep(0.5)
+                g.rmdir()
+
+
+def set_memory_limit(groups: list[Path], limit: int) -> None:
+    """The memory limit of `groups` (from limited_cgroups), swap included."""
+    for d in groups:
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            if (d / name).exists():
+                (d / name).write_text(str(limit))
+        for name in ("memory.swap.max", "memory.memsw.limit_in_bytes"):
+            with contextlib.suppress(OSError):  # no swap accounting
+                (d / name).write_text("0" if name == "memory.swap.max" else str(limit))
+
+
+def memory_used(groups: list[Path]) -> int:
+    """What `groups` hold now, as their memory limit counts it (page cache included)."""
+    for d in groups:
+        for name in ("memory.current", "memory.usage_in_bytes"):
+            with contextlib.suppress(OSError, ValueError):
+                return int((d / name).read_text())
+    raise OSError(f"no memory controller in {groups}")
 
 
 def _cgroup_peak(groups: list[Path]) -> tuple[int, int]:
@@ -436,10 +473,7 @@ def _cgroup_peak(groups: list[Path]) -> tuple[int, int]:
         for name in ("memory.peak", "memory.max_usage_in_bytes"):
             with contextlib.suppress(OSError, ValueError):
                 peak = max(peak, int((d / name).read_text()))
-        for name in ("memory.events", "memory.oom_control"):
-            with contextlib.suppress(OSError, ValueError):
-                counters = dict(line.split() for line in (d / name).read_text().splitlines())
-                kills += int(counters.get("oom_kill", 0))
+        kills += oom_kill_count(d) or 0
     return peak, kills
 
 
@@ -486,63 +520,84 @@ def bench_binder(scratch: Path, runs: dict[str, list[str]] = BINDER_RUNS) -> dic
 def _binder_run(scratch: Path, paths: list[str], memory: int) -> dict:
     import psutil
 
-    groups = _limited_cgroups(f"bench-binder-{os.getpid()}-{time.monotonic_ns()}", memory)
     procs = []
     started = time.monotonic()
-    for rel in paths:
-        copy = scratch / "binder" / rel  # a copy: `coursekit run` saves in place
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / rel, copy)
-        verb = "run" if rel.startswith("course/") else "check"
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "coursekit", verb, str(copy)],
-                cwd=ROOT,
-                env=dict(os.environ, COURSEKIT_STATE=str(scratch / "binder" / "progress.json")),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                preexec_fn=_joining(groups),
+    with limited_cgroups(f"bench-binder-{os.getpid()}-{time.monotonic_ns()}", memory) as groups:
+        for rel in paths:
+            copy = scratch / "binder" / rel  # a copy: `coursekit run` saves in place
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / rel, copy)
+            verb = "run" if rel.startswith("course/") else "check"
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "coursekit", verb, str(copy)],
+                    cwd=ROOT,
+                    env=dict(os.environ, COURSEKIT_STATE=str(scratch / "binder" / "progress.json")),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    preexec_fn=_joining(groups),
+                )
             )
-        )
-    rss_peak, pss_peak, parts = 0, 0, {}
-    while any(p.poll() is None for p in procs):
-        tree = []
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                root = psutil.Process(p.pid)
-                tree += [root, *root.children(recursive=True)]
-        rss, pss = 0, dict.fromkeys([*MEMORY_PARTS, "the rest"], 0)
-        for proc in tree:
-            with contextlib.suppress(psutil.Error):
-                memory_info = proc.memory_full_info()
-                rss += memory_info.rss
-                pss[_memory_part(proc)] += memory_info.pss
-        rss_peak = max(rss_peak, rss)
-        if sum(pss.values()) > pss_peak:
-            pss_peak, parts = sum(pss.values()), pss
-        time.sleep(0.5)
-    seconds = time.monotonic() - started
-    outputs = [p.stdout.read() for p in procs]
-    peak, kills = _cgroup_peak(groups)
-    for g in groups:  # what a kernel left behind goes too
-        with contextlib.suppress(OSError):
-            for pid in (g / "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), 9)
+        rss_peak, pss_peak, parts, ended = 0, 0, {}, {}
+        while any(p.poll() is None for p in procs):
+            for i, p in enumerate(procs):
+                if p.returncode is not None:
+                    ended.setdefault(i, time.monotonic() - started)
+            tree = []
+            for p in procs:
+                with contextlib.suppress(psutil.Error):
+                    root = psutil.Process(p.pid)
+                    tree += [root, *root.children(recursive=True)]
+            rss, pss = 0, dict.fromkeys([*MEMORY_PARTS, "the rest"], 0)
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    memory_info = proc.memory_full_info()
+                    rss += memory_info.rss
+                    pss[_memory_part(proc)] += memory_info.pss
+            rss_peak = max(rss_peak, rss)
+            if sum(pss.values()) > pss_peak:
+                pss_peak, parts = sum(pss.values()), pss
             time.sleep(0.5)
-            g.rmdir()
-    # `check` of an unsolved exercise exits 1 with its verdicts: it ran if it printed them
-    ran = [p.returncode == 0 or "tasks pass" in out for p, out in zip(procs, outputs, strict=True)]
+        seconds = time.monotonic() - started
+        outputs = [p.stdout.read() for p in procs]
+        peak, kills = _cgroup_peak(groups)
+    outcomes = [
+        _outcome(p.returncode, out, ended.get(i, seconds))
+        for i, (p, out) in enumerate(zip(procs, outputs, strict=True))
+    ]
+    ran = all(o == "ran" for o in outcomes)
     return {
-        "ran": all(ran),
+        "ran": ran,
+        "outcomes": dict(zip(paths, outcomes, strict=True)),
         "seconds": seconds,
         "cgroup_peak_bytes": peak,
         "rss_peak_bytes": rss_peak,
         "oom_kills": kills,
         "pss_peak_parts": parts,
-        "tail": "" if all(ran) else "\n".join(out[-1500:] for out in outputs),
+        "tail": "" if ran else "\n".join(out[-1500:] for out in outputs),
     }
+
+
+def _ran(run: dict) -> str:
+    """The table's "ran" column: yes, or how each notebook of the run ended."""
+    if run["ran"]:
+        return "yes"
+    outcomes = run.get("outcomes")
+    if not outcomes or len(outcomes) == 1:
+        return "NO" + (f": {next(iter(outcomes.values()))}" if outcomes else "")
+    return "NO: " + "; ".join(
+        f"{'lesson' if p.startswith('course/') else 'check'}: {o}" for p, o in outcomes.items()
+    )
+
+
+def _outcome(returncode: int, output: str, seconds: float) -> str:
+    """How a `coursekit run` or `check` ended, in words."""
+    if returncode == 0 or "tasks pass" in output:  # a check of an unsolved exercise exits 1
+        return "ran"
+    if returncode == 3 and "not checked: memory ran out" in output:
+        return f"stopped after {seconds:.0f} s: memory ran out, and it said so"
+    return f"failed after {seconds:.0f} s (exit status {returncode})"
 
 
 def bench_setup(scratch: Path) -> float:
@@ -852,7 +907,7 @@ def write_results(
             "| OOM kills |",
             "|---|---|---|---|---|---|",
             *(
-                f"| {label} | {'yes' if r['ran'] else 'NO'} | {r['seconds']:.0f} s | "
+                f"| {label} | {_ran(r)} | {r['seconds']:.0f} s | "
                 f"{r['cgroup_peak_bytes'] / 2**30:.2f} GiB | {r['rss_peak_bytes'] / 2**30:.2f} GiB | "
                 f"{r['oom_kills']} |"
                 for label, r in binder.items()
@@ -862,7 +917,9 @@ def write_results(
             "mybinder.org's pods are, with this machine's warm build directories (Binder's image "
             "has them too); a run that did not fit runs again without the memory limit. In the "
             "check-beside rows the check runs while the lesson's kernel is alive, as a learner "
-            "would run it in a terminal beside the open lesson. The cgroup's peak counts page "
+            "would run it in a terminal beside the open lesson; where memory runs out, the "
+            "system stops the check's kernel, which volunteers (`oom_score_adj`), and the lesson "
+            "runs on. The cgroup's peak counts page "
             "cache, which the kernel gives back under the limit; the RSS sum counts shared pages "
             "once per process.",
             "",

@@ -70,15 +70,20 @@ def _bench(args) -> int:
 
 
 def _check(args) -> int:
+    from .learner import memory
     from .learner.check import check
 
+    memory.volunteer(500)
     return check(Path(args.notebook), hints=args.hints, color=sys.stdout.isatty())
 
 
 def _watch(args) -> int:
     import signal
 
+    from .learner import memory
     from .learner.check import watch
+
+    memory.volunteer(500)
 
     def stop(signum, frame):  # as Ctrl-C: watch closes the kernel it started ahead
         raise KeyboardInterrupt

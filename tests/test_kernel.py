@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import re
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -190,13 +192,20 @@ def evcxr_process(session: KernelSession) -> psutil.Process:
     return evcxr
 
 
-def test_evcxr_crash_restarts_the_child():
+@pytest.mark.parametrize(
+    "sig, ename, says",
+    [(signal.SIGABRT, "EvcxrCrash", "stopped"), (signal.SIGKILL, "EvcxrKilled", "memory runs out")],
+)
+def test_evcxr_crash_restarts_the_child(sig, ename, says):
+    """A crash, and a SIGKILL from outside (the kernel never sends one while a cell runs; the
+    system does when memory runs out), each said as what it most likely is."""
     session = KernelSession()
     try:
         session.run("let before = 1;")
-        evcxr_process(session).kill()
+        evcxr_process(session).send_signal(sig)
         reply, _ = session.run("let after = 2;")
-        assert reply["ename"] == "EvcxrCrash" and "variables were lost" in reply["evalue"]
+        assert reply["ename"] == ename and "variables were lost" in reply["evalue"], reply
+        assert says in reply["evalue"]
         assert session.stdout('println!("alive");') == "alive\n"
     finally:
         session.close()
@@ -468,5 +477,23 @@ def test_a_cell_waiting_behind_the_warm_up_says_what_for_until_its_output_comes(
         assert "display_data" not in kinds[cleared:] and "update_display_data" not in kinds[cleared:]
         quick = session.run('println!("quick");').outputs
         assert [k for k, _ in quick] == ["stream"], "no waiting line when nothing waits"
+    finally:
+        session.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="oom_score_adj is Linux's")
+@pytest.mark.parametrize("first", [True, False])
+def test_a_checks_kernel_is_what_the_system_stops_first_when_memory_runs_out(first):
+    """The harness starts its kernels (check, Validate, grading) with OOM_FIRST: they and the
+    processes they start volunteer to the OOM killer; a learner's kernel does not."""
+    from coursekit.kernel.session import OOM_FIRST
+
+    session = KernelSession(env={OOM_FIRST: "1"} if first else {})
+    try:
+        assert session.stdout('println!("{}", 1);') == "1\n"  # evcxr is up
+        kernel = psutil.Process(session.km.provisioner.pid)
+        expected = "1000" if first else Path("/proc/self/oom_score_adj").read_text().strip()
+        for process in [kernel, *kernel.children(recursive=True)]:
+            assert Path(f"/proc/{process.pid}/oom_score_adj").read_text().strip() == expected, process
     finally:
         session.close()

@@ -127,7 +127,7 @@ def test_memory_free_is_the_nearest_cgroup_limit(tmp_path, monkeypatch):
     """A Binder pod's limit, not the machine's free memory, is what a kernel may take."""
     import psutil
 
-    from coursekit.learner.check import memory_free
+    from coursekit.learner.memory import free as memory_free
 
     monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"available": 20 << 30}))
     root, proc = tmp_path / "cgroup", tmp_path / "proc"
@@ -148,6 +148,70 @@ def test_memory_free_is_the_nearest_cgroup_limit(tmp_path, monkeypatch):
     (v1 / "memory.usage_in_bytes").write_text(str(7 << 28))
     (proc / "cgroup").write_text("4:memory:/pod\n1:cpu:/\n0::/\n")
     assert memory_free(root, proc) == 1 << 28
+
+
+def test_oom_kills_are_counted_by_the_nearest_memory_cgroup(tmp_path):
+    """Running out of memory is told by the cgroup's counter, v2 or v1, nearest first; without
+    one (macOS, no /proc) nothing is counted, and volunteering for the OOM killer is a no-op."""
+    from coursekit.learner.memory import oom_kills
+
+    root, proc = tmp_path / "cgroup", tmp_path / "proc"
+    (root / "pod" / "check").mkdir(parents=True)
+    proc.mkdir()
+    (proc / "cgroup").write_text("0::/pod/check\n")
+    assert oom_kills(root, proc) == 0, "no counter anywhere"
+    (root / "pod" / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\n")
+    assert oom_kills(root, proc) == 2, "the pod's counter, where the check's own group has none"
+    (root / "pod" / "check" / "memory.events").write_text("oom 1\noom_kill 1\n")
+    assert oom_kills(root, proc) == 1
+    v1 = root / "memory" / "pod"
+    v1.mkdir(parents=True)
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    (proc / "cgroup").write_text("4:memory:/pod\n1:cpu:/\n")
+    assert oom_kills(root, proc) == 3
+    assert oom_kills(root, tmp_path / "no-proc") == 0
+    volunteered = subprocess.run(  # not this process: the kernels it starts would inherit it
+        [sys.executable, "-c", VOLUNTEER], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert volunteered.stdout.strip() == ("1000" if sys.platform == "linux" else "")
+
+
+def test_a_check_stops_its_job_once_told_why(tmp_path, monkeypatch):
+    """`stop_when` (a check's: memory ran out) stops nbgrader and what it started, and the
+    reason ends the job's output."""
+    import time
+    from types import SimpleNamespace
+
+    from coursekit.grading import grade
+
+    course = tmp_path / "course"
+    course.mkdir()
+
+    def nbgrader(course, args, env, timeout):  # a job that would run for a minute
+        return subprocess.run(["sleep", "60"], cwd=course, capture_output=True, text=True)
+
+    monkeypatch.setattr(grade, "run_nbgrader", nbgrader)
+    asked = []
+
+    def stop_when():
+        asked.append(True)
+        return "memory ran out" if len(asked) > 2 else None
+
+    started = time.monotonic()
+    job = SimpleNamespace(root=tmp_path / "job")
+    result = grade._watched(course, [], {}, job, grade.Settings(sandboxed=False), None, stop_when)
+    assert result.stdout.endswith("[stopped: memory ran out]")
+    assert time.monotonic() - started < 50, "the job ran on"
+
+
+VOLUNTEER = """
+from coursekit.learner.memory import volunteer
+volunteer()
+try:
+    print(open("/proc/self/oom_score_adj").read())
+except OSError:
+    pass
+"""
 
 
 def add_cell(path, source: str) -> None:
@@ -248,7 +312,7 @@ def test_watch_checks_again_when_the_code_changes_and_shows_what_changed(
     monkeypatch.setattr(check, "verdicts", fake_verdicts)
     monkeypatch.setattr(check, "kernel_ahead", FakeAhead)
     monkeypatch.setattr(check, "exercise_tasks", lambda notebook: ["a task"])
-    monkeypatch.setattr(check, "memory_free", lambda: check.AHEAD_NEEDS - (memory != "enough"))
+    monkeypatch.setattr(check.memory, "free", lambda: check.AHEAD_NEEDS - (memory != "enough"))
     ahead = 1 if memory == "enough" else 0
     watcher = threading.Thread(target=check.watch, args=(path,), kwargs={"interval": 0.02, "rounds": 2})
     watcher.start()

@@ -468,6 +468,7 @@ def run_job(
     feedback_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
     kernel_ahead: Path | None = None,
+    stop_when: Callable[[], str | None] | None = None,
 ) -> Record:
     """Grade one submitted notebook; never raises for a bad submission. `progress` is told
     what the harness reports while the notebook runs (the kernel started, each test's verdict).
@@ -521,7 +522,7 @@ def run_job(
         record.phases["preparing the job"] = round(time.monotonic() - started, 2)
         if progress is not None:
             env["COURSEKIT_PROGRESS"] = str(job.root / "progress.txt")
-        result = _watched(course, args, env, job, settings, progress)
+        result = _watched(course, args, env, job, settings, progress, stop_when)
         autograde_s = time.monotonic() - started - record.phases["preparing the job"]
         _read_scores(record, course, sub)
         if not record.tasks:
@@ -553,11 +554,19 @@ def run_job(
     return record
 
 
-def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, settings: Settings, progress=None):
-    """Run nbgrader; stop the job when what it can write outgrows the disk limit; pass on the
-    harness's progress lines."""
+def _watched(
+    course: Path,
+    args: list[str],
+    env: dict,
+    job: sandbox.Job,
+    settings: Settings,
+    progress=None,
+    stop_when=None,
+):
+    """Run nbgrader; stop the job when what it can write outgrows the disk limit, or when
+    `stop_when()` gives a reason; pass on the harness's progress lines."""
     stop = threading.Event()
-    killed = []
+    killed: list[str] = []
     told = 0
 
     def tell():
@@ -574,7 +583,10 @@ def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, setting
             if progress is not None:
                 tell()
             if sum(slots.size(job.root / d) for d in ("run", "slot")) > settings.limits.disk_bytes:
-                killed.append(True)
+                killed.append(f"the job wrote more than {settings.limits.disk_bytes >> 20} MiB to disk")
+            elif stop_when is not None and (reason := stop_when()):
+                killed.append(reason)
+            if killed:
                 sandbox.remove_cgroups(job.root.name)
                 for p in _pids_under(course):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -592,9 +604,7 @@ def _watched(course: Path, args: list[str], env: dict, job: sandbox.Job, setting
     if progress is not None:
         tell()
     if killed:
-        result.stdout += (
-            f"\n[stopped: the job wrote more than {settings.limits.disk_bytes >> 20} MiB to disk]"
-        )
+        result.stdout += f"\n[stopped: {killed[0]}]"
     return result
 
 

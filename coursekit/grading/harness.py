@@ -33,12 +33,12 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from ..kernel.session import attach, start_retrying
+from ..kernel.session import OOM_FIRST, attach, start_retrying
 
 KERNEL_AHEAD = "COURSEKIT_KERNEL_AHEAD"  # a KernelAhead's handoff file
 PASS_MIME = "application/x-coursekit-test-passed"  # also in the prelude (grading::PASS_MIME)
 HIDDEN_BEGIN = "// BEGIN HIDDEN TESTS"
-LOST_STATE = ("CellTimeoutError", "KeyboardInterrupt", "RustProcessExited", "EvcxrCrash")
+LOST_STATE = ("CellTimeoutError", "KeyboardInterrupt", "RustProcessExited", "EvcxrCrash", "EvcxrKilled")
 
 
 def nbgrader_meta(cell) -> dict:
@@ -253,7 +253,7 @@ class GradedExecute(Execute):
 
         def start():
             self.km, self.kc = None, None  # nbclient makes new ones, with new ports
-            stack.enter_context(self.setup_kernel())
+            stack.enter_context(self.setup_kernel(env={**os.environ, OOM_FIRST: "1"}))
 
         start_retrying(start)
         return False

@@ -34,7 +34,8 @@ STARTUP_TIMEOUT_S = 600  # evcxr compiles the prelude crate at its first start i
 
 
 class ChildRestarted(Exception):
-    """The evcxr child was restarted during a cell: all Rust variables are gone."""
+    """The evcxr child was restarted during a cell: all Rust variables are gone. The reason:
+    "interrupt", "killed" (SIGKILL from outside: the system, out of memory), or "crash"."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
@@ -196,9 +197,11 @@ class EvcxrChild:
 
     def _check_alive(self):
         if not self._km.is_alive():
-            self.log.warning("evcxr stopped; restarting it")
+            process = self._km.provisioner.process if self._km.provisioner else None
+            killed = process is not None and process.returncode == -signal.SIGKILL
+            self.log.warning("evcxr %s; restarting it", "was killed" if killed else "stopped")
             self._restart()
-            raise ChildRestarted("crash")
+            raise ChildRestarted("killed" if killed else "crash")
         t = self._interrupted_at
         if t is not None and time.monotonic() - t > INTERRUPT_GRACE_S:
             self.log.warning("evcxr ignored an interrupt; restarting it")

@@ -22,12 +22,17 @@ from ipykernel.kernelapp import IPKernelApp
 
 from .. import pins
 from ..content.notebooks import LANGUAGE_INFO, split_python
+from ..learner import memory
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
 from .outputs import LOST, UNAVAILABLE, CellOutputs, error_output
-from .session import WARM_UP
+from .session import OOM_FIRST, WARM_UP
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
+KILLED = (  # nothing in the kernel sends evcxr a SIGKILL while a cell runs
+    "evcxr was killed (SIGKILL): most often the system stops the largest process when memory "
+    "runs out; shutting down the kernels of notebooks you are not using frees memory. Then "
+)
 NOT_RUN = "Rust was still starting or loading the notebook's crates; your variables are kept"
 
 # A front end a learner watches (JupyterLab names the kernel's notebook; nbval, nbgrader and
@@ -179,6 +184,8 @@ class RustPyTorchKernel(IPythonKernel):
             status.clear()
             if restarted.reason == "interrupt" or interrupted:
                 return error_output("KeyboardInterrupt", "interrupted: " + LOST)
+            if restarted.reason == "killed":
+                return error_output("EvcxrKilled", KILLED + LOST)
             return error_output("EvcxrCrash", "evcxr stopped and was restarted: " + LOST)
         except Exception as exc:  # evcxr could not start: say why, keep the kernel alive
             status.clear()
@@ -321,4 +328,8 @@ def main():
     app.initialize()
     if GRADED:
         _harden(app)
+    if GRADED or os.environ.get(OOM_FIRST) == "1":
+        # where memory runs out, this kernel's processes (evcxr, rustc) go first: a check or
+        # Validate beside the learner's open notebooks never costs them their kernels
+        memory.volunteer()
     app.start()

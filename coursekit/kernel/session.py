@@ -21,6 +21,7 @@ from jupyter_client.manager import AsyncKernelManager, KernelManager
 from jupyter_client.provisioning import KernelProvisionerBase
 
 WARM_UP = "COURSEKIT_WARM_UP"  # a notebook whose first cell's crates the kernel loads at start
+OOM_FIRST = "COURSEKIT_OOM_FIRST"  # "1": where memory runs out, this kernel goes first (a check's)
 
 
 class Ran(NamedTuple):

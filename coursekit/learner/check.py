@@ -4,22 +4,27 @@ the learner's own code on the learner's machine)."""
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 import time
 from pathlib import Path
 
 import nbformat
-import psutil
 
 from ..grading.grade import Settings, Submission, Templates, kernel_env, run_job
 from ..kernel.session import KernelAhead
 from ..setup import slots
-from . import exercises, progress
+from . import exercises, memory, progress
 
 CHECK_CELL_TIMEOUT_S = 900
 AHEAD_NEEDS = 2 << 30  # bytes free for `watch` to hold a kernel between checks (Burn's: 1.5 GiB)
 TEMPLATES = slots.cache_dir() / "check-templates"  # released notebooks, kept between checks
+OUT_OF_MEMORY = (
+    "Memory ran out during the check, and the system stopped the check's kernel (your open "
+    "notebooks' kernels were left alone). Free memory, then check again: shut down the kernels "
+    "of the notebooks you are not using (JupyterLab: Kernel > Shut Down Kernel, or close the "
+    "notebook's tab). On Binder (2 GB), a check of a framework exercise does not fit beside "
+    "another notebook's framework kernel."
+)
 GREEN, RED, DIM, END = "\033[32m", "\033[31m", "\033[2m", "\033[0m"
 
 
@@ -29,6 +34,8 @@ def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
         return 2
     lines, results, summary = verdicts(notebook, tasks, hints, color)
     print("\n".join(lines + [text for _, text in results.values()] + [summary]))
+    if not results:  # not checked: memory ran out
+        return 3
     return 0 if all(ok for ok, _ in results.values()) else 1
 
 
@@ -44,15 +51,23 @@ def exercise_tasks(notebook: Path) -> list[exercises.Task]:
 
 def verdicts(notebook: Path, tasks: list, hints=False, color=True, ahead: KernelAhead | None = None):
     """Grade `notebook`, whose tasks are `tasks`: (notes and errors, {task key: (passes, its
-    report)}, the score line). `ahead`: a kernel to run it in first."""
+    report)}, the score line). `ahead`: a kernel to run it in first. No verdicts where memory
+    ran out during the check: the system then stopped the check's own kernel (a check's
+    kernels volunteer: see kernel.main), and which tasks failed would mean nothing."""
     notebook = notebook.resolve()
     assignment = notebook.parent.name
     print(f"checking {assignment}/{notebook.name} (visible and hidden tests) ...", flush=True)
     g, r, d, e = (GREEN, RED, DIM, END) if color else ("", "", "", "")
     started = time.monotonic()
 
+    kills = memory.oom_kills()
+
+    def ran_out() -> str | None:  # then the check stops: each new kernel would run out too
+        return "memory ran out" if memory.oom_kills() > kills else None
+
     def running(line: str) -> None:  # while it runs: the kernel started, each test's verdict
-        print(f"  {d}[{time.monotonic() - started:4.0f} s] {line}{e}", flush=True)
+        if not ran_out():  # verdicts from then on would mislead
+            print(f"  {d}[{time.monotonic() - started:4.0f} s] {line}{e}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="coursekit-check-") as work:
         record = run_job(
@@ -64,7 +79,10 @@ def verdicts(notebook: Path, tasks: list, hints=False, color=True, ahead: Kernel
             Settings(sandboxed=False, cell_timeout=CHECK_CELL_TIMEOUT_S),
             progress=running,
             kernel_ahead=ahead.handoff if ahead else None,
+            stop_when=ran_out,
         )
+    if ran_out():
+        return [f"  {r}{OUT_OF_MEMORY}{e}"], {}, "not checked: memory ran out"
     lines = [f"  {d}note: {note}{e}" for note in record.notes]
     if record.error:
         lines.append(f"  {r}{record.error}{e}")
@@ -113,32 +131,6 @@ def kernel_ahead(notebook: Path) -> KernelAhead:
     return KernelAhead(notebook, kernel_env(released))
 
 
-def memory_free(cgroup_root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc/self")) -> int:
-    """Bytes of memory this process may still take: what the machine has available, less
-    where a cgroup above it, such as a Binder pod's, is nearer its limit (cgroup v2 or v1)."""
-    free = psutil.virtual_memory().available
-    with contextlib.suppress(OSError):
-        for line in (proc / "cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if controllers == "":  # v2
-                group, limit_file, used_file = cgroup_root, "memory.max", "memory.current"
-            elif "memory" in controllers.split(","):  # v1
-                group, limit_file, used_file = (
-                    cgroup_root / "memory",
-                    "memory.limit_in_bytes",
-                    "memory.usage_in_bytes",
-                )
-            else:
-                continue
-            top, group = group, group / path.strip().lstrip("/")
-            while group.is_relative_to(top):
-                with contextlib.suppress(OSError, ValueError):  # "max", or no such file: no limit here
-                    limit = int((group / limit_file).read_text())
-                    free = min(free, limit - int((group / used_file).read_text()))
-                group = group.parent
-    return free
-
-
 def watch(notebook: Path, hints: bool = False, color: bool = True, interval: float = 1.0, rounds=None) -> int:
     """`coursekit watch`: check again each time the notebook is saved with changed code, like
     `rustlings watch`; after the first check, only the tasks whose verdict or report changed.
@@ -170,11 +162,12 @@ def watch(notebook: Path, hints: bool = False, color: bool = True, interval: flo
                     ahead = None
             texts = {key: text for key, (_, text) in results.items()}
             changed = [text for key, text in texts.items() if previous is None or previous.get(key) != text]
-            print("\n".join(lines + (changed or ["  (no task changed)"]) + [summary]), flush=True)
+            unchanged = ["  (no task changed)"] if results and not changed else []
+            print("\n".join(lines + changed + unchanged + [summary]), flush=True)
             previous = texts
             if rounds is not None and done == rounds:
                 break
-            if memory_free() < AHEAD_NEEDS:
+            if memory.free() < AHEAD_NEEDS:
                 print("  (too little memory free to prepare the next check: it will start a fresh kernel)")
                 continue
             try:
