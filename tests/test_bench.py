@@ -33,6 +33,7 @@ def test_results_render_from_the_committed_figures(tmp_path, monkeypatch):
     if committed.get("binder"):
         assert "## Within Binder's limits" in page
         for label, run in committed["binder"].items():
+            assert f"| {label} | {bench._ran(run)} | {run['seconds']:.0f} s |" in page
             if run.get("pss_peak_parts"):
                 assert f"| {label} | {sum(run['pss_peak_parts'].values()) / 2**30:.2f} GiB |" in page
     if committed.get("image"):
