@@ -477,14 +477,15 @@ def _cgroup_peak(groups: list[Path]) -> tuple[int, int]:
     return peak, kills
 
 
+def join_cgroups(groups: list[Path], pid: int) -> None:
+    """Process `pid` joins `groups`; the children it starts from then on join with it."""
+    for g in groups:
+        (g / "cgroup.procs").write_text(str(pid))
+
+
 def _joining(groups: list[Path]):
     """A preexec_fn: the child joins `groups` (and its children with it)."""
-
-    def join():
-        for g in groups:
-            (g / "cgroup.procs").write_text(str(os.getpid()))
-
-    return join
+    return lambda: join_cgroups(groups, os.getpid())
 
 
 # What holds a notebook's memory, by process (the name, or for Python the module it runs).

@@ -93,9 +93,8 @@ def test_a_check_that_runs_out_of_memory_stops_itself_not_the_learners_kernel(tm
         assert learner.run("let started = 1;").ok  # evcxr and its runner are up
         kernel = psutil.Process(learner.km.provisioner.pid)
         for process in [kernel, *kernel.children(recursive=True)]:
-            for g in groups:
-                with contextlib.suppress(ProcessLookupError):  # one that just ended
-                    (g / "cgroup.procs").write_text(str(process.pid))
+            with contextlib.suppress(ProcessLookupError):  # one that just ended
+                bench.join_cgroups(groups, process.pid)
         assert learner.run("let big = vec![1u8; 1 << 30];").ok
         bench.set_memory_limit(groups, bench.memory_used(groups) + HEADROOM)
         checked = subprocess.run(
