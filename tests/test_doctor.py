@@ -34,7 +34,7 @@ def test_doctor_reports_missing_evcxr_with_fix(tmp_path):
     result = doctor(CARGO_HOME=str(tmp_path))
     assert result.returncode == 1
     assert "FAIL  evcxr_jupyter missing" in result.stdout
-    assert "cargo install --locked evcxr_jupyter --version 0.22.0" in result.stdout
+    assert "run `make setup`; it builds the pinned evcxr_jupyter" in result.stdout
 
 
 def test_doctor_reports_a_shadowing_kernelspec(tmp_path):

@@ -1,11 +1,14 @@
 """The evcxr_jupyter build that `make` starts in the background while pip installs
 (coursekit/setup/evcxr_build.py), against a stand-in `cargo` that records its builds:
 set-up waits for a running build instead of starting a second one, and builds in the
-foreground when the background one failed."""
+foreground when the background one failed. The sources it builds are crates.io's, checked
+against pins.toml and patched with the course's change to evcxr."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +17,7 @@ import pytest
 
 from conftest import ROOT
 from coursekit import pins
-from coursekit.setup import evcxr_build
+from coursekit.setup import evcxr_build, slots
 
 FAKE_CARGO = """#!/bin/bash
 if [ "$1 $2" = "install --list" ]; then
@@ -25,8 +28,10 @@ echo "$*" >> "$STATE/builds"
 sleep "${BUILD_SECONDS:-0}"
 if [ -f "$STATE/fail" ]; then rm "$STATE/fail"; echo "error: the build failed"; exit 101; fi
 mkdir -p "$CARGO_HOME/bin" && touch "$CARGO_HOME/bin/evcxr_jupyter"
-echo "$5" > "$STATE/installed"
+grep -m1 '^version = ' "$5/Cargo.toml" | cut -d'"' -f2 > "$STATE/installed"
 """
+
+KEPT = slots.cache_dir() / "crates"  # the machine's own copies of the two crates (set-up keeps them)
 
 
 @pytest.fixture
@@ -40,6 +45,8 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("CARGO_HOME", str(tmp_path / "cargo-home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    if KEPT.is_dir():  # else they are downloaded from crates.io
+        shutil.copytree(KEPT, slots.cache_dir() / "crates")
     monkeypatch.setenv("STATE", str(state))
     monkeypatch.setenv("BUILD_SECONDS", "3")
     return state
@@ -67,9 +74,10 @@ def test_setup_waits_for_the_background_build_instead_of_building_again(machine)
     assert time.monotonic() - started < 2.5, "make waited for the build"
     said = []
     assert evcxr_build.ensure(said.append) == evcxr_build.binary()
-    assert builds(machine) == [f"install --locked evcxr_jupyter --version {pins.evcxr_version()}"]
+    assert len(builds(machine)) == 1
+    assert builds(machine)[0].startswith("install --locked --force --path "), builds(machine)
     assert any("waiting for the evcxr_jupyter build" in s for s in said), said
-    assert evcxr_build.installed_version() == pins.evcxr_version()
+    assert evcxr_build.installed_version() == evcxr_build.wanted_version()
     # built: neither a second `make` nor set-up builds again
     assert start_background().stdout == ""
     evcxr_build.ensure(said.append)
@@ -83,11 +91,55 @@ def test_a_failed_background_build_is_built_again_in_the_foreground(machine):
     evcxr_build.ensure(said.append)
     assert len(builds(machine)) == 2
     assert any("the background build did not install it" in s for s in said), said
-    assert evcxr_build.installed_version() == pins.evcxr_version()
+    assert evcxr_build.installed_version() == evcxr_build.wanted_version()
 
 
 def test_a_build_that_fails_in_the_foreground_is_a_clear_error(machine, monkeypatch):
     monkeypatch.setenv("BUILD_SECONDS", "0")
     (machine / "fail").touch()
-    with pytest.raises(evcxr_build.BuildError, match="cargo install --locked evcxr_jupyter"):
+    with pytest.raises(evcxr_build.BuildError, match="building evcxr_jupyter .* failed"):
         evcxr_build.ensure(lambda s: None)
+
+
+def test_the_sources_built_are_crates_io_s_with_the_course_s_patch(machine, tmp_path):
+    jupyter = evcxr_build._sources(tmp_path / "src")
+    version = pins.evcxr_version()
+    analyzer = (tmp_path / "src" / f"evcxr-{version}" / "src" / "rust_analyzer.rs").read_text()
+    assert "fn prime_caches(&self)" in analyzer and "self.prime_caches();" in analyzer
+    lock = jupyter.joinpath("Cargo.lock").read_text()
+    evcxr = lock[lock.index('name = "evcxr"\n') :].split("[[package]]")[0]
+    assert "source =" not in evcxr and "checksum" not in evcxr, "evcxr must be the patched path crate"
+    assert f'name = "evcxr_jupyter"\nversion = "{evcxr_build.wanted_version()}"' in lock
+    assert lock.count("checksum = ") > 300, "every other crate stays locked to its checksum"
+    manifest = jupyter.joinpath("Cargo.toml").read_text()
+    assert f'evcxr = {{ path = "../evcxr-{version}" }}' in manifest
+    assert evcxr_build.wanted_version().startswith(f"{version}+coursekit.")
+
+
+def test_a_crate_that_is_not_the_pinned_one_is_refused(machine, tmp_path, monkeypatch):
+    forged = tmp_path / "mirror" / "evcxr"
+    forged.mkdir(parents=True)
+    (forged / f"evcxr-{pins.evcxr_version()}.crate").write_bytes(b"not the crate")
+    monkeypatch.setattr(evcxr_build, "CRATES", (tmp_path / "mirror").as_uri())
+    kept = slots.cache_dir() / "crates" / f"evcxr-{pins.evcxr_version()}.crate"
+    kept.unlink(missing_ok=True)
+    with pytest.raises(evcxr_build.BuildError, match="SHA-256 differs from pins.toml"):
+        evcxr_build._crate("evcxr")
+    assert not kept.exists()
+    kept.write_bytes(b"a kept copy gone bad")  # not trusted either: fetched again, refused again
+    with pytest.raises(evcxr_build.BuildError, match="SHA-256 differs"):
+        evcxr_build._crate("evcxr")
+    monkeypatch.setattr(evcxr_build, "CRATES", (tmp_path / "nowhere").as_uri())
+    with pytest.raises(evcxr_build.BuildError, match="could not download"):
+        evcxr_build._crate("evcxr")
+
+
+def test_a_patch_that_does_not_apply_is_a_clear_error(machine, tmp_path, monkeypatch):
+    stale = tmp_path / "stale.patch"
+    stale.write_text(
+        evcxr_build.PATCH.read_text().replace("self.analysis_host.apply_change(change);", "gone();")
+    )
+    monkeypatch.setattr(evcxr_build, "PATCH", stale)
+    with pytest.raises(evcxr_build.BuildError, match="evcxr.patch does not apply"):
+        evcxr_build._sources(tmp_path / "src")
+    assert hashlib.sha256(stale.read_bytes()).hexdigest()[:12] in evcxr_build.wanted_version()

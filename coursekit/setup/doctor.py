@@ -54,7 +54,7 @@ def _python_packages(r: Report) -> None:
 
 
 def _rust(r: Report) -> None:
-    from .evcxr_build import binary, installed_version
+    from .evcxr_build import binary, installed_version, wanted_version
 
     rustc = shutil.which("rustc")
     if r.check(bool(rustc), f"rustc on PATH ({rustc})", "install Rust with rustup (https://rustup.rs)"):
@@ -66,9 +66,9 @@ def _rust(r: Report) -> None:
         )
     have = installed_version()
     r.check(
-        have == pins.evcxr_version(),
-        f"evcxr_jupyter {have or 'missing'} at {binary()} (pinned {pins.evcxr_version()})",
-        f"cargo install --locked evcxr_jupyter --version {pins.evcxr_version()}",
+        have == wanted_version(),
+        f"evcxr_jupyter {have or 'missing'} at {binary()} (pinned, patched: {wanted_version()})",
+        "run `make setup`; it builds the pinned evcxr_jupyter with the course's patch",
     )
 
 

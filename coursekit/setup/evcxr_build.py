@@ -1,4 +1,10 @@
-"""Building evcxr_jupyter: `cargo install`, minutes of CPU on a fresh machine.
+"""Building evcxr_jupyter: minutes of CPU on a fresh machine.
+
+The pinned evcxr_jupyter is built from crates.io's sources of it and of evcxr, with the
+course's change to evcxr (`evcxr.patch`: its rust-analyzer indexes a new crate graph on all
+cores) and evcxr_jupyter's own Cargo.lock, so every other crate is the one upstream tested.
+The installed version carries the patch's hash (`0.22.0+coursekit.<hash>`): a changed patch
+builds again.
 
 `make` starts the build in the background before it installs the Python packages
 (`python -m coursekit.setup.evcxr_build --background`, the standard library only: the
@@ -9,14 +15,22 @@ keeps two builds from running at once.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
+import urllib.request
 from pathlib import Path
 
 from .. import pins
 from .slots import cache_dir, lock_file
+
+PATCH = Path(__file__).with_name("evcxr.patch")
+CRATES = "https://static.crates.io/crates"  # where cargo downloads crates.io's crates from
 
 
 class BuildError(RuntimeError):
@@ -42,8 +56,71 @@ def installed_version() -> str | None:
     return None
 
 
-def _command() -> list[str]:
-    return ["cargo", "install", "--locked", "evcxr_jupyter", "--version", pins.evcxr_version()]
+def wanted_version() -> str:
+    """The pinned version, marked with the patch it was built with."""
+    return f"{pins.evcxr_version()}+coursekit.{hashlib.sha256(PATCH.read_bytes()).hexdigest()[:12]}"
+
+
+def _crate(name: str) -> bytes:
+    """The pinned version of one of the two crates, checked against pins.toml (kept in the cache)."""
+    version, sha256 = pins.evcxr_version(), pins.pins()["evcxr"]["sha256"][name]
+    kept = cache_dir() / "crates" / f"{name}-{version}.crate"
+    if kept.is_file() and hashlib.sha256(kept.read_bytes()).hexdigest() == sha256:
+        return kept.read_bytes()
+    url = f"{CRATES}/{name}/{name}-{version}.crate"
+    try:
+        with urllib.request.urlopen(url, timeout=120) as response:
+            data = response.read()
+    except OSError as exc:
+        raise BuildError(f"could not download {url}: {exc}") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise BuildError(f"{url} is not the pinned crate: its SHA-256 differs from pins.toml's")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(data)
+    return data
+
+
+def _sources(into: Path) -> Path:
+    """evcxr_jupyter's sources, set to build against the patched evcxr beside them."""
+    version = pins.evcxr_version()
+    for name in ("evcxr", "evcxr_jupyter"):
+        with tarfile.open(fileobj=io.BytesIO(_crate(name))) as crate:
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4
+            crate.extractall(into, **safe)
+    evcxr, jupyter = into / f"evcxr-{version}", into / f"evcxr_jupyter-{version}"
+    try:
+        applied = subprocess.run(
+            ["git", "apply", "-p1", str(PATCH)], cwd=evcxr, capture_output=True, text=True
+        )
+    except OSError:
+        raise BuildError("git is needed to apply evcxr.patch (Debian: sudo apt-get install git)") from None
+    if applied.returncode:
+        raise BuildError(f"evcxr.patch does not apply to evcxr {version}: {applied.stderr.strip()}")
+    manifest, lock = jupyter / "Cargo.toml", jupyter / "Cargo.lock"
+    package = f'name = "evcxr_jupyter"\nversion = "{version}"'
+    marked = f'name = "evcxr_jupyter"\nversion = "{wanted_version()}"'
+    evcxr_locked = f'name = "evcxr"\nversion = "{version}"\n'
+    text = lock.read_text()
+    start = text.index(evcxr_locked) + len(evcxr_locked)
+    end = text.index("dependencies = [", start)  # drop its source and checksum: a path now
+    lock.write_text((text[:start] + text[end:]).replace(package, marked))
+    manifest.write_text(
+        manifest.read_text().replace(package, marked)
+        + f'\n[patch.crates-io]\nevcxr = {{ path = "../evcxr-{version}" }}\n'
+    )
+    return jupyter
+
+
+def _build() -> int:
+    """Build and install it (cargo's output shown); cargo's exit status."""
+    with tempfile.TemporaryDirectory(prefix="coursekit-evcxr-") as tmp:
+        try:
+            jupyter = _sources(Path(tmp))
+        except BuildError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        command = ["cargo", "install", "--locked", "--force", "--path", str(jupyter)]
+        return subprocess.run([*command, "--target-dir", str(Path(tmp) / "target")]).returncode
 
 
 def _log_file() -> Path:
@@ -56,18 +133,18 @@ def _locked(wait: bool) -> int | None:
 
 
 def ensure(log) -> Path:
-    """The pinned evcxr_jupyter, built (or waited for) when missing or another version."""
+    """The pinned, patched evcxr_jupyter, built (or waited for) when missing or another version."""
     fd = _locked(wait=False)
     if fd is None:
         log(f"waiting for the evcxr_jupyter build that started in the background (its output: {_log_file()})")
         fd = _locked(wait=True)
     try:
-        if installed_version() != pins.evcxr_version():
+        if installed_version() != wanted_version():
             if _log_file().is_file():
                 log(f"the background build did not install it; its output is in {_log_file()}")
-            log(f"building evcxr_jupyter {pins.evcxr_version()} (about 6-10 minutes on 2 cores)")
-            if subprocess.run(_command()).returncode:
-                raise BuildError(f"`{' '.join(_command())}` failed; see its output above")
+            log(f"building evcxr_jupyter {wanted_version()} (about 6-10 minutes on 2 cores)")
+            if _build():
+                raise BuildError(f"building evcxr_jupyter {wanted_version()} failed; see its output above")
         _log_file().unlink(missing_ok=True)
     finally:
         os.close(fd)
@@ -77,7 +154,7 @@ def ensure(log) -> Path:
 def background() -> None:
     """Start the build in a detached process that holds the lock, and return once it does
     (at once when evcxr_jupyter is already built, another build runs, or cargo is missing)."""
-    if not shutil.which("cargo") or installed_version() == pins.evcxr_version():
+    if not shutil.which("cargo") or installed_version() == wanted_version():
         return
     ready_r, ready_w = os.pipe()
     if os.fork():
@@ -96,7 +173,7 @@ def background() -> None:
     with open(os.devnull, "rb") as null, open(_log_file(), "wb") as out:
         for std, f in ((0, null), (1, out), (2, out)):
             os.dup2(f.fileno(), std)
-    os._exit(subprocess.run(_command()).returncode)
+    os._exit(_build())
 
 
 if __name__ == "__main__":
