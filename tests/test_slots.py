@@ -163,9 +163,22 @@ def test_a_kernel_in_a_copied_directory_compiles_only_its_cells():
 
     name = f"copy-test-{os.getpid()}"
     slot = slots.pool_dir() / f"slot-{name}"
-    assert prewarm.is_warm(0, "tch") or prewarm.is_warm(1, "tch"), "set-up warms tch"
-    started = time.time() - 1  # file times may be coarser than the clock
+    warm = [n for n in (0, 1) if prewarm.is_warm(n, "tch")]
+    assert warm, "set-up warms tch"
+    # Copied as seed() copies a free directory, holding its lock: a kernel compiling in a
+    # busy one meanwhile would leave what it compiled stale in the copy (built again, rightly).
+    sources = [slots.pool_dir() / f"slot-{n}" for n in warm]
+    source, fd = next(
+        ((d, fd) for d in sources if (fd := slots._lock(d, wait=False)) is not None), (None, None)
+    )
+    if fd is None:
+        source, fd = sources[0], slots._lock(sources[0], wait=True)
     try:
+        try:
+            assert slots._copy(source, slot)
+        finally:
+            os.close(fd)
+        started = time.time() - 1  # file times may be coarser than the clock
 
         def cells_or_rustc_info(path) -> bool:
             return "ctx" in str(path) or path.name.startswith("libcode_") or path.name == ".rustc_info.json"
