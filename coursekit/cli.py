@@ -70,20 +70,25 @@ def _bench(args) -> int:
 
 
 def _check(args) -> int:
+    from .grading import nbgrader_server
     from .learner import memory
+
+    memory.volunteer(500)  # the server below and every nbgrader run inherit it
+    nbgrader_server.start()  # imports nbgrader while this process imports the check
     from .learner.check import check
 
-    memory.volunteer(500)
     return check(Path(args.notebook), hints=args.hints, color=sys.stdout.isatty())
 
 
 def _watch(args) -> int:
     import signal
 
+    from .grading import nbgrader_server
     from .learner import memory
-    from .learner.check import watch
 
     memory.volunteer(500)
+    nbgrader_server.start()
+    from .learner.check import watch
 
     def stop(signum, frame):  # as Ctrl-C: watch closes the kernel it started ahead
         raise KeyboardInterrupt

@@ -280,7 +280,7 @@ def test_nbgrader_runs_in_its_course_and_is_killed_with_what_it_started(tmp_path
     environment apply, output and exit status come back, and at the backstop timeout nbgrader
     is killed together with the processes it started."""
     if not forked:
-        monkeypatch.setattr(grade, "_forkable", lambda: False)
+        monkeypatch.setattr(grade.nbgrader_server, "forkable", lambda: False)
     (tmp_path / "nbgrader_config.py").write_text(
         "import os, subprocess, time\n"
         "print('config read with', os.environ['COURSEKIT_TEST_VALUE'], flush=True)\n"
@@ -328,12 +328,12 @@ def test_nbgrader_is_forked_only_where_the_main_module_is_not_run_again(monkeypa
     script = types.ModuleType("__main__")
     script.__file__, script.__spec__ = "/home/teacher/grade_all.py", None
     monkeypatch.setitem(sys.modules, "__main__", script)
-    assert not grade._forkable()
+    assert not grade.nbgrader_server.forkable()
     script.__spec__ = types.SimpleNamespace(name="coursekit.__main__")
-    assert grade._forkable()
+    assert grade.nbgrader_server.forkable()
     del script.__file__
     script.__spec__ = None
-    assert grade._forkable()
+    assert grade.nbgrader_server.forkable()
 
 
 def test_a_kernel_whose_port_was_taken_is_started_again_on_fresh_ports(port_taken_first):

@@ -34,8 +34,6 @@ import functools
 import hashlib
 import io
 import json
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import re
 import shutil
@@ -58,7 +56,7 @@ from ..content.notebooks import split_python
 from ..kernel.outputs import ANSI, UNAVAILABLE
 from ..pins import ROOT
 from ..setup import slots
-from . import harness, sandbox, submission
+from . import harness, nbgrader_server, sandbox, submission
 
 CELL_TIMEOUT_S = int(os.environ.get("COURSEKIT_CELL_TIMEOUT", "120"))
 NOTEBOOK_TIMEOUT_S = int(os.environ.get("COURSEKIT_NOTEBOOK_TIMEOUT", "900"))
@@ -289,7 +287,7 @@ def run_nbgrader(course: Path, args: list[str], env: dict, timeout: float) -> su
     started with `python -m`)."""
     bin_dir = Path(sys.executable).parent
     full_env = {**os.environ, **env, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if not _forkable():
+    if not nbgrader_server.forkable():
         proc = subprocess.Popen(
             [str(bin_dir / "nbgrader"), *args],
             cwd=course,
@@ -309,7 +307,8 @@ def run_nbgrader(course: Path, args: list[str], env: dict, timeout: float) -> su
             )
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
     log = course / f".nbgrader-{uuid.uuid4().hex[:8]}.log"
-    proc = _forkserver().Process(target=_nbgrader_child, args=(str(course), args, full_env, str(log)))
+    run = (str(course), args, full_env, str(log))
+    proc = nbgrader_server.context().Process(target=_nbgrader_child, args=run)
     proc.start()
     proc.join(timeout)
     timed_out = proc.exitcode is None
@@ -326,28 +325,6 @@ def run_nbgrader(course: Path, args: list[str], env: dict, timeout: float) -> su
     if timed_out:
         out += f"\n[timed out after {timeout} s]"
     return subprocess.CompletedProcess(["nbgrader", *args], -9 if timed_out else proc.exitcode, out, "")
-
-
-def _forkable() -> bool:
-    main = sys.modules.get("__main__")
-    by_name = getattr(getattr(main, "__spec__", None), "name", "") or ""
-    safe_main = by_name.endswith("__main__") or not hasattr(main, "__file__")
-    return safe_main and not multiprocessing.current_process().daemon
-
-
-@functools.cache
-def _forkserver():
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["nbgrader.apps", "coursekit.grading.harness", "coursekit.grading.sandbox"])
-    return ctx
-
-
-def start_nbgrader_server() -> None:
-    """Start the server nbgrader runs are forked from, if they are: it imports nbgrader while
-    this process prepares the job (a `coursekit check` waits 2 s less)."""
-    if _forkable():
-        _forkserver()
-        multiprocessing.forkserver.ensure_running()
 
 
 def _nbgrader_child(course: str, args: list[str], env: dict, log: str) -> None:
@@ -477,7 +454,7 @@ def run_job(
     if kernel_ahead is not None and settings.sandboxed:
         raise ValueError("a sandboxed run starts its own kernels")
     started = time.monotonic()
-    start_nbgrader_server()
+    nbgrader_server.start()
     record = Record(sub.student, sub.assignment, sub.notebook, input_key(sub, settings))
     if not source_path(sub.assignment, sub.notebook).is_file():
         record.error = f"{sub.assignment}/{sub.notebook} is not an exercise of this course"
