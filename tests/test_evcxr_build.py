@@ -6,7 +6,6 @@ against pins.toml and patched with the course's change to evcxr."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -135,11 +134,29 @@ def test_a_crate_that_is_not_the_pinned_one_is_refused(machine, tmp_path, monkey
 
 
 def test_a_patch_that_does_not_apply_is_a_clear_error(machine, tmp_path, monkeypatch):
+    shipped, text = evcxr_build.wanted_version(), evcxr_build.PATCH.read_text()
     stale = tmp_path / "stale.patch"
     stale.write_text(
         evcxr_build.PATCH.read_text().replace("self.analysis_host.apply_change(change);", "gone();")
     )
     monkeypatch.setattr(evcxr_build, "PATCH", stale)
-    with pytest.raises(evcxr_build.BuildError, match="evcxr.patch does not apply"):
+    with pytest.raises(evcxr_build.BuildError, match="evcxr.patch does not apply .* are not the patch's"):
         evcxr_build._sources(tmp_path / "src")
-    assert hashlib.sha256(stale.read_bytes()).hexdigest()[:12] in evcxr_build.wanted_version()
+    assert evcxr_build.wanted_version() != shipped, "another diff, another version: built again"
+    stale.write_text("Other words about it.\n--- " + text.split("\n--- ", 1)[1])
+    assert evcxr_build.wanted_version() == shipped, "the same diff described otherwise is the same build"
+
+
+def test_a_patch_applies_hunk_by_hunk_with_exact_context(tmp_path):
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "lib.rs"
+    source.write_text("fn a() {}\n\nfn b() {}\nfn c() {}\nfn d() {}\n")
+    patch = (
+        "What it does.\n\n--- a/src/lib.rs\n+++ b/src/lib.rs\n"
+        "@@ -1,3 +1,4 @@\n fn a() {}\n+fn a2() {}\n\n fn b() {}\n"  # a blank context line left empty
+        "@@ -4,2 +5,1 @@\n fn c() {}\n-fn d() {}\n"
+    )
+    evcxr_build._apply(patch, tmp_path)
+    assert source.read_text() == "fn a() {}\nfn a2() {}\n\nfn b() {}\nfn c() {}\n"
+    with pytest.raises(evcxr_build.BuildError, match="src/lib.rs: the lines from 1 on are not the patch's"):
+        evcxr_build._apply(patch, tmp_path)  # applied already: its context is gone

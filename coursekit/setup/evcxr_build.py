@@ -2,9 +2,9 @@
 
 The pinned evcxr_jupyter is built from crates.io's sources of it and of evcxr, with the
 course's change to evcxr (`evcxr.patch`: its rust-analyzer indexes a new crate graph on all
-cores) and evcxr_jupyter's own Cargo.lock, so every other crate is the one upstream tested.
-The installed version carries the patch's hash (`0.22.0+coursekit.<hash>`): a changed patch
-builds again.
+cores; applied here, no git needed) and evcxr_jupyter's own Cargo.lock, so every other
+crate is the one upstream tested. The installed version carries the hash of the patch's
+diff (`0.22.0+coursekit.<hash>`): a changed patch builds again.
 
 `make` starts the build in the background before it installs the Python packages
 (`python -m coursekit.setup.evcxr_build --background`, the standard library only: the
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,8 +58,10 @@ def installed_version() -> str | None:
 
 
 def wanted_version() -> str:
-    """The pinned version, marked with the patch it was built with."""
-    return f"{pins.evcxr_version()}+coursekit.{hashlib.sha256(PATCH.read_bytes()).hexdigest()[:12]}"
+    """The pinned version, marked with the patch it was built with (its diff, not its prose)."""
+    diff = PATCH.read_text()
+    diff = diff[diff.index("\n--- ") + 1 :]
+    return f"{pins.evcxr_version()}+coursekit.{hashlib.sha256(diff.encode()).hexdigest()[:12]}"
 
 
 def _crate(name: str) -> bytes:
@@ -89,13 +92,9 @@ def _sources(into: Path) -> Path:
             crate.extractall(into, **safe)
     evcxr, jupyter = into / f"evcxr-{version}", into / f"evcxr_jupyter-{version}"
     try:
-        applied = subprocess.run(
-            ["git", "apply", "-p1", str(PATCH)], cwd=evcxr, capture_output=True, text=True
-        )
-    except OSError:
-        raise BuildError("git is needed to apply evcxr.patch (Debian: sudo apt-get install git)") from None
-    if applied.returncode:
-        raise BuildError(f"evcxr.patch does not apply to evcxr {version}: {applied.stderr.strip()}")
+        _apply(PATCH.read_text(), evcxr)
+    except (BuildError, OSError) as exc:
+        raise BuildError(f"evcxr.patch does not apply to evcxr {version}: {exc}") from None
     manifest, lock = jupyter / "Cargo.toml", jupyter / "Cargo.lock"
     package = f'name = "evcxr_jupyter"\nversion = "{version}"'
     marked = f'name = "evcxr_jupyter"\nversion = "{wanted_version()}"'
@@ -109,6 +108,35 @@ def _sources(into: Path) -> Path:
         + f'\n[patch.crates-io]\nevcxr = {{ path = "../evcxr-{version}" }}\n'
     )
     return jupyter
+
+
+def _apply(patch: str, root: Path) -> None:
+    """Apply a unified diff to the files under `root`, its context matching exactly (what
+    `patch -p1` does without fuzz; no git or patch command needed)."""
+    lines = patch.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        if not (lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ ")):
+            i += 1  # the patch's description
+            continue
+        name = lines[i + 1][4:].split("\t")[0].strip().removeprefix("b/")
+        path, i, shift = root / name, i + 2, 0
+        text = path.read_text().splitlines(keepends=True)
+        while i < len(lines) and lines[i].startswith("@@ "):
+            at = int(re.match(r"@@ -(\d+)", lines[i]).group(1)) - 1 + shift
+            old, new, i = [], [], i + 1
+            while i < len(lines) and lines[i][:1] in (" ", "-", "+", "\n"):
+                tag, body = lines[i][:1], lines[i][1:] or "\n"  # an empty line: blank context
+                if tag != "+":
+                    old.append(body)
+                if tag != "-":
+                    new.append(body)
+                i += 1
+            if text[at : at + len(old)] != old:
+                raise BuildError(f"{name}: the lines from {at + 1} on are not the patch's")
+            text[at : at + len(old)] = new
+            shift += len(new) - len(old)
+        path.write_text("".join(text))
 
 
 def _build() -> int:
