@@ -35,7 +35,7 @@ CRATES = "https://static.crates.io/crates"  # where cargo downloads crates.io's 
 
 
 class BuildError(RuntimeError):
-    """`cargo install` failed (its output was shown)."""
+    """The build failed: its sources or cargo (the reason was shown)."""
 
 
 def binary() -> Path:
