@@ -8,8 +8,10 @@ test suite (nbval) can check that every committed output is reproduced.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
+if TYPE_CHECKING:  # importing nbformat costs a second (jsonschema's format checkers): the
+    import nbformat  # kernel, the lexer and the notebooks' version cells do without it
 
 PYTHON_MAGIC = "%%python"
 KERNELSPEC = {"name": "rust-pytorch", "display_name": "Rust + PyTorch", "language": "rust"}
@@ -56,6 +58,7 @@ def execute(path: Path, timeout: int = 1800) -> nbformat.NotebookNode:
     output that only differs from the committed one by floating-point noise stays as it was."""
     import shutil
 
+    import nbformat
     from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
 
