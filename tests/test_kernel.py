@@ -397,6 +397,27 @@ def test_warm_up_loads_the_notebooks_crates_in_the_background(tmp_path):
         session.close()
 
 
+@pytest.mark.parametrize("python_cells", [True, False])
+def test_torch_is_imported_at_the_first_cell_only_for_a_notebook_with_python_cells(tmp_path, python_cells):
+    """A notebook with %%python cells (PyTorch's reference code) gets torch imported in the
+    background from its first cell on; a Rust-only one never pays its memory."""
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell("let x = 1;")]
+    if python_cells:
+        cells.append(nbformat.v4.new_code_cell("%%python\nimport torch"))
+    path = tmp_path / "lesson.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    session = KernelSession(env={"JPY_SESSION_NAME": str(path)})
+    try:
+        probe = "%%python\nimport sys\nprint('torch' in sys.modules)"
+        assert session.stdout(probe) == f"{python_cells}\n"
+        assert session.run("let y = 2;")[0]["status"] == "ok"
+        assert session.stdout(probe) == f"{python_cells}\n"
+    finally:
+        session.close()
+
+
 def _interrupted_while_queued(session: KernelSession) -> dict:
     """Send a Rust cell that would run 30 s, interrupt it at once; its reply."""
     msg_id = session.kc.execute('std::thread::sleep(std::time::Duration::from_secs(30));\nprintln!("ran");')

@@ -6,9 +6,11 @@ Start it with `python -m coursekit.kernel -f CONNECTION_FILE` (its kernelspec do
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -46,13 +48,18 @@ GRADED = os.environ.get("COURSEKIT_GRADED") == "1"
 ALLOWED_PYTHON = set(filter(None, os.environ.get("COURSEKIT_PYTHON_CELLS", "").split(",")))
 
 
-def first_cell_deps(notebook: str) -> list[str]:
-    """The `:dep` lines of a notebook's first code cell (none if it cannot be read)."""
+def code_cells(notebook: str) -> list[str]:
+    """The sources of a notebook's code cells (none if it cannot be read)."""
     try:
         cells = json.loads(Path(notebook).read_text())["cells"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return ["".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []
-    code = next(("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code"), "")
+
+
+def first_cell_deps(notebook: str) -> list[str]:
+    """The `:dep` lines of a notebook's first code cell (none if it cannot be read)."""
+    code = next(iter(code_cells(notebook)), "")
     return [line for line in code.splitlines() if line.startswith(":dep ")]
 
 
@@ -65,7 +72,9 @@ class RustPyTorchKernel(IPythonKernel):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.rust = EvcxrChild(self.log)
-        self._warm_up(os.environ.get("JPY_SESSION_NAME") or os.environ.get(WARM_UP, ""))
+        self.notebook = os.environ.get("JPY_SESSION_NAME") or os.environ.get(WARM_UP, "")
+        self._warm_up(self.notebook)
+        self.preloaded: concurrent.futures.Future | None = None  # see preload_python
         self._pending_bindings: list[str] = []
         self.shell.user_ns["rust"] = values.SharedValues()
         self.shell.user_ns["to_rust"] = self._to_rust
@@ -98,6 +107,30 @@ class RustPyTorchKernel(IPythonKernel):
                 self.rust.execute, "drop(coursekit_warm_up);", lambda *_: None, True
             )
 
+    def preload_python(self) -> None:
+        """Import PyTorch in the background where the notebook has %%python cells (the course's
+        import it, as show_versions does): the import (about 1.2 s of CPU) then overlaps
+        evcxr's loading of the crates instead of delaying the first Python cell. A graded run's
+        notebook has them when it allows some. Called at the first cell (the kernel answers
+        kernel_info first, so the first cell reaches evcxr as soon as it can), after _harden
+        (nothing is imported from the working directory); Python cells wait until it is done."""
+        if self.preloaded is not None:
+            return
+        self.preloaded = concurrent.futures.Future()
+        if not (ALLOWED_PYTHON if GRADED else any(map(split_python, code_cells(self.notebook)))):
+            self.preloaded.set_result(None)
+            return
+
+        def run():
+            try:
+                importlib.import_module("torch")
+            except Exception as exc:  # the cell that imports it shows the error
+                self.log.warning("preloading torch failed: %s", exc)
+            finally:
+                self.preloaded.set_result(None)
+
+        threading.Thread(target=run, name="preload", daemon=True).start()
+
     # -- Python -> Rust ---------------------------------------------------------------
     def _to_rust(self, name: str, value) -> None:
         """Bind `name` in the Rust session to `value` once this %%python cell is done."""
@@ -117,10 +150,15 @@ class RustPyTorchKernel(IPythonKernel):
     ):
         body = split_python(code)
         if body is None:
-            return await self._execute_rust(code, silent, store_history)
+            job = asyncio.ensure_future(self._execute_rust(code, silent, store_history))
+            await asyncio.sleep(0)  # the cell goes to evcxr first
+            self.preload_python()
+            return await job
+        self.preload_python()
         if GRADED and hashlib.sha256(body.encode()).hexdigest() not in ALLOWED_PYTHON:
             error = error_output("RefusedCell", "in a graded run, only the exercise's own %%python cells run")
             return self._fail(error, self.shell.execution_count)
+        await asyncio.wrap_future(self.preloaded)
         self._pending_bindings.clear()
         reply = await super().do_execute(
             body, silent, store_history, user_expressions, allow_stdin, cell_meta=cell_meta, cell_id=cell_id
