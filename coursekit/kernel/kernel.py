@@ -57,12 +57,6 @@ def code_cells(notebook: str) -> list[str]:
         return []
 
 
-def first_cell_deps(notebook: str) -> list[str]:
-    """The `:dep` lines of a notebook's first code cell (none if it cannot be read)."""
-    code = next(iter(code_cells(notebook)), "")
-    return [line for line in code.splitlines() if line.startswith(":dep ")]
-
-
 class RustPyTorchKernel(IPythonKernel):
     implementation = "coursekit-rust-pytorch"
     implementation_version = "1.0"
@@ -72,8 +66,10 @@ class RustPyTorchKernel(IPythonKernel):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.rust = EvcxrChild(self.log)
-        self.notebook = os.environ.get("JPY_SESSION_NAME") or os.environ.get(WARM_UP, "")
-        self._warm_up(self.notebook)
+        cells = code_cells(os.environ.get("JPY_SESSION_NAME") or os.environ.get(WARM_UP, ""))
+        self._warm_up(next(iter(cells), ""))
+        # a graded run's notebook has %%python cells when it allows some
+        self.has_python = bool(ALLOWED_PYTHON) if GRADED else any(map(split_python, cells))
         self.preloaded: concurrent.futures.Future | None = None  # see preload_python
         self._pending_bindings: list[str] = []
         self.shell.user_ns["rust"] = values.SharedValues()
@@ -89,7 +85,7 @@ class RustPyTorchKernel(IPythonKernel):
             return "the cell to compile and run (a framework's first cell compiles for up to a minute)"
         return None
 
-    def _warm_up(self, notebook: str) -> None:
+    def _warm_up(self, first_cell: str) -> None:
         """Load the notebook's crates while the learner reads its first cells.
 
         jupyter_server names the notebook a kernel serves (JPY_SESSION_NAME); `coursekit
@@ -99,7 +95,7 @@ class RustPyTorchKernel(IPythonKernel):
         cell, evcxr finds it all done. Only `:dep` lines are run, never the learner's code.
         """
         self.warmed = None
-        deps = first_cell_deps(notebook)
+        deps = [line for line in first_cell.splitlines() if line.startswith(":dep ")]
         if deps:
             code = "\n".join(deps) + "\nlet coursekit_warm_up = String::new();"
             self.rust.submit(self.rust.execute, code, lambda *_: None, True)
@@ -110,14 +106,14 @@ class RustPyTorchKernel(IPythonKernel):
     def preload_python(self) -> None:
         """Import PyTorch in the background where the notebook has %%python cells (the course's
         import it, as show_versions does): the import (about 1.2 s of CPU) then overlaps
-        evcxr's loading of the crates instead of delaying the first Python cell. A graded run's
-        notebook has them when it allows some. Called at the first cell (the kernel answers
+        evcxr's loading of the crates instead of delaying the first Python cell. Called at the
+        first cell (the kernel answers
         kernel_info first, so the first cell reaches evcxr as soon as it can), after _harden
         (nothing is imported from the working directory); Python cells wait until it is done."""
         if self.preloaded is not None:
             return
         self.preloaded = concurrent.futures.Future()
-        if not (ALLOWED_PYTHON if GRADED else any(map(split_python, code_cells(self.notebook)))):
+        if not self.has_python:
             self.preloaded.set_result(None)
             return
 
