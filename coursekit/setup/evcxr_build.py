@@ -68,8 +68,9 @@ def _crate(name: str) -> bytes:
     """The pinned version of one of the two crates, checked against pins.toml (kept in the cache)."""
     version, sha256 = pins.evcxr_version(), pins.pins()["evcxr"]["sha256"][name]
     kept = cache_dir() / "crates" / f"{name}-{version}.crate"
-    if kept.is_file() and hashlib.sha256(kept.read_bytes()).hexdigest() == sha256:
-        return kept.read_bytes()
+    data = kept.read_bytes() if kept.is_file() else b""
+    if hashlib.sha256(data).hexdigest() == sha256:
+        return data
     url = f"{CRATES}/{name}/{name}-{version}.crate"
     try:
         with urllib.request.urlopen(url, timeout=120) as response:
