@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -186,6 +188,62 @@ def test_a_job_shares_the_templates_big_artefacts_but_not_its_past_cells(tmp_pat
         job.remove()
 
 
+def _use_template(change: bool) -> tuple[threading.Event, threading.Event]:
+    """A thread holding the template as a job (or a change) does: (it holds it, let it go)."""
+    held, done = threading.Event(), threading.Event()
+
+    def run():
+        with grade.template_in_use(change):
+            held.set()
+            done.wait(30)
+
+    threading.Thread(target=run, daemon=True).start()
+    return held, done
+
+
+def test_the_template_changes_only_when_no_job_uses_it_and_new_jobs_wait_for_the_change(
+    tmp_path, monkeypatch
+):
+    """A grader warming the sandboxes' build directory while another grader's job copied it
+    made the copy fail, or the job's kernel die at its start (a mounted file was gone)."""
+    monkeypatch.setenv("COURSEKIT_POOL", str(tmp_path))
+    (a, release_a), (b, release_b) = _use_template(False), _use_template(False)
+    assert a.wait(5) and b.wait(5), "jobs share the template"
+    change, release_change = _use_template(True)
+    assert not change.wait(0.5), "a change waits for the running jobs"
+    late, release_late = _use_template(False)
+    assert not late.wait(0.5), "a job that comes while a change waits waits for the change"
+    release_a.set()
+    assert not change.wait(0.5)
+    release_b.set()
+    assert change.wait(5)
+    assert not late.wait(0.5), "no job while the template changes"
+    release_change.set()
+    assert late.wait(5)
+    release_late.set()
+
+
+def test_the_template_is_changed_only_when_the_prelude_was_built_from_other_sources(tmp_path, monkeypatch):
+    from coursekit.setup import prewarm
+
+    monkeypatch.setenv("COURSEKIT_POOL", str(tmp_path / "pool"))
+    (tmp_path / "pool" / f"slot-{grade.GRADE_SLOT}").mkdir(parents=True)
+    prelude = tmp_path / "prelude"
+    shutil.copytree(prewarm.PRELUDE, prelude, ignore=shutil.ignore_patterns("target"))
+    monkeypatch.setattr(prewarm, "PRELUDE", prelude)
+    monkeypatch.setattr(prewarm, "is_warm", lambda slot, framework: True)
+    kernels = []
+    monkeypatch.setattr(prewarm, "run_cells", lambda cells, slot: kernels.append(slot))
+    grade.ensure_template_slot({"01_rust"})
+    assert kernels == [grade.GRADE_SLOT], "a kernel builds the prelude the first time"
+    grade.ensure_template_slot({"01_rust"})
+    assert len(kernels) == 1, "nothing changed: no kernel, the template is left alone"
+    source = next(p for p in prelude.rglob("*.rs"))
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+    grade.ensure_template_slot({"01_rust"})
+    assert len(kernels) == 2, "a newer source (a fresh clone, an edit) is built again"
+
+
 def test_the_sandbox_gets_an_allow_list_of_variables_and_an_unprivileged_user(tmp_path, monkeypatch):
     job = sandbox.Job.create(tmp_path / "job", None, sandbox.Limits())
     try:
@@ -309,6 +367,9 @@ def test_a_kernel_that_could_not_start_is_the_graders_error_not_a_zero():
         nbformat.v4.new_output("error", ename="RustPanic", evalue="assertion failed", traceback=[])
     ]
     assert grade.kernel_unavailable(nb) is None  # the submission's own failure
+    nb.cells[1].outputs[0].evalue = "the Rust kernel is unavailable: says the student's panic"
+    assert grade.kernel_unavailable(nb) is None, "a submission cannot pass its failure off as ours"
+    nb.cells[1].outputs = []
     nb.cells[0].outputs = [
         nbformat.v4.new_output(
             "error",
@@ -318,6 +379,10 @@ def test_a_kernel_that_could_not_start_is_the_graders_error_not_a_zero():
         )
     ]
     assert "Kernel died before replying" in grade.kernel_unavailable(nb)
+    nb.cells[0].outputs = []
+    harness.GradedExecute._unavailable(nb, "Kernel died before replying to kernel_info (3 tries)")
+    assert "Kernel died before replying" in grade.kernel_unavailable(nb), "no kernel at all: ours too"
+    assert all(o.ename == "NotRun" for o in nb.cells[1].outputs)
 
 
 def test_nbgrader_is_forked_only_where_the_main_module_is_not_run_again(monkeypatch):
@@ -349,3 +414,30 @@ def test_a_kernel_whose_port_was_taken_is_started_again_on_fresh_ports(port_take
     ex.preprocess(nb, {"metadata": {"path": str(ROOT)}})
     assert len(managers) == 2
     assert nb.cells[0].outputs[0]["text"] == "42\n"
+
+
+def test_a_kernel_that_never_starts_is_the_graders_error_before_any_cell_runs():
+    """A kernel that dies before its first reply at every try (the sandbox could not mount the
+    template, say) has run nothing of the submission: the grader's fault, not a zero."""
+    import socket
+
+    from jupyter_client.manager import KernelManager
+
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("print(6 * 7)"), nbformat.v4.new_code_cell("print(1)")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+
+        class AlwaysOnATakenPort(KernelManager):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                self.cache_ports = False
+                self.control_port = taken.getsockname()[1]
+
+        ex = harness.GradedExecute(kernel_manager_class=AlwaysOnATakenPort, kernel_name="python3")
+        ex.preprocess(nb, {"metadata": {"path": str(ROOT)}})
+    assert "Kernel died before replying" in grade.kernel_unavailable(nb)
+    assert [o.ename for o in nb.cells[1].outputs] == ["NotRun"]

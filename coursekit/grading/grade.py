@@ -400,12 +400,19 @@ def _messages(nb: nbformat.NotebookNode) -> dict[str, str]:
     return found
 
 
+# The errors whose words a submission chooses (a panic's message, its compile errors): never
+# read as the grader's fault, whatever they say.
+STUDENTS_ERRORS = {"RustPanic", "CompileError", "EvcxrError", "RustProcessExited"}
+
+
 def kernel_unavailable(nb: nbformat.NotebookNode) -> str | None:
     """Why evcxr could not start in this graded run, if it could not: a fault of the grader's
     set-up (a stale build directory, a missing binary), which no submission's score may hide."""
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            if out.get("output_type") == "error" and str(out.get("evalue", "")).startswith(UNAVAILABLE):
+            if out.get("output_type") != "error" or out.get("ename") in STUDENTS_ERRORS:
+                continue
+            if str(out.get("evalue", "")).startswith(UNAVAILABLE):
                 return _tail(ANSI.sub("", str(out["evalue"])), 300)
     return None
 
@@ -479,6 +486,7 @@ def run_job(
         workdir / f"job-{uuid.uuid4().hex[:12]}", slots.pool_dir() / f"slot-{GRADE_SLOT}", settings.limits
     )
     course = job.root / "course"
+    stack = contextlib.ExitStack()  # the template, held while the job uses it
     try:
         (course / "submitted" / NBGRADER_STUDENT / sub.assignment).mkdir(parents=True)
         shutil.copy(template / "gradebook.db", course / "gradebook.db")
@@ -491,6 +499,7 @@ def run_job(
             env[harness.KERNEL_AHEAD] = str(kernel_ahead)
         if settings.sandboxed:
             config += 'c.Execute.kernel_manager_class = "coursekit.grading.sandbox.SandboxedKernelManager"\n'
+            stack.enter_context(template_in_use())
             sandbox.clone_template(job)
             env["COURSEKIT_JOB"] = str(job.root)
         (course / "nbgrader_config.py").write_text(config)
@@ -502,6 +511,9 @@ def run_job(
         result = _watched(course, args, env, job, settings, progress, stop_when)
         autograde_s = time.monotonic() - started - record.phases["preparing the job"]
         _read_scores(record, course, sub)
+        said = [line for line in result.stdout.splitlines() if line.startswith("bwrap: ")]
+        if record.status == "grader error" and said:  # why the sandbox did not start
+            record.error += f" ({said[-1][:300]})"
         if not record.tasks:
             record.error = "the notebook could not be run: " + _tail(result.stdout)
             record.status = "grader error"
@@ -523,6 +535,7 @@ def run_job(
         record.phases["feedback"] = round(time.monotonic() - feedback_started, 2)
     finally:
         removing = time.monotonic()
+        stack.close()
         job.remove()
         record.phases["removing the job"] = round(time.monotonic() - removing, 2)
     if record.status == "ok" and (record.notes or record.error):
@@ -754,9 +767,29 @@ class _Local:
         self.pool.shutdown()
 
 
+@contextlib.contextmanager
+def template_in_use(change: bool = False):
+    """Hold the sandboxes' build directory (the template): a job shares it while it runs (it
+    copies the small files and mounts the big ones, again at each kernel restart); a change
+    has it alone, once the running jobs are done. The gate keeps new jobs out while a change
+    waits, so that a steady stream of jobs cannot hold it off."""
+    pool = slots.ensure_pool()
+    fds = [slots.lock_file(pool / f"slot-{GRADE_SLOT}.gate", wait=True)]
+    fds.append(slots.lock_file(pool / f"slot-{GRADE_SLOT}.users", wait=True, shared=not change))
+    if not change:
+        os.close(fds.pop(0))
+    try:
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def ensure_template_slot(assignments: set[str]) -> None:
-    """The sandboxes' build directory: warm for every framework these assignments use."""
-    from ..setup.prewarm import is_warm, run_cells, warm
+    """The sandboxes' build directory: warm for every framework these assignments use, with
+    the course's prelude crate built from its sources as they are now (the sandboxes cannot
+    rebuild what they find compiled there). Changed only when it must be, alone."""
+    from ..setup.prewarm import is_warm, mark_prelude_built, prelude_built, run_cells, warm
 
     used = set()
     for a in assignments:
@@ -769,14 +802,19 @@ def ensure_template_slot(assignments: set[str]) -> None:
                 if line.startswith(":dep")
             }
             used |= {fw for fw in pins.frameworks() if set(pins.dep_lines(fw)) <= deps}
-    cold = [fw for fw in sorted(used) if not is_warm(GRADE_SLOT, fw)]
-    for fw in cold:
-        print(f"[grade] compiling {fw} for the sandboxes (once)", flush=True)
-        warm(GRADE_SLOT, fw)
-    if not cold:
-        # The sandboxes cannot rebuild what they find compiled here: a kernel started here
-        # brings the course's prelude crate up to date (after a fresh checkout or an edit).
-        run_cells(["()"], slot=GRADE_SLOT)
+
+    def cold() -> list[str]:
+        return [fw for fw in sorted(used) if not is_warm(GRADE_SLOT, fw)]
+
+    if not cold() and prelude_built(GRADE_SLOT):
+        return
+    with template_in_use(change=True):
+        for fw in cold():
+            print(f"[grade] compiling {fw} for the sandboxes (once)", flush=True)
+            warm(GRADE_SLOT, fw)
+        if not prelude_built(GRADE_SLOT):  # after a fresh clone or an edit of the prelude
+            run_cells(["()"], slot=GRADE_SLOT)
+            mark_prelude_built(GRADE_SLOT)
 
 
 def preflight(settings: Settings) -> list[str]:

@@ -33,7 +33,8 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from ..kernel.session import OOM_FIRST, attach, start_retrying
+from ..kernel.outputs import UNAVAILABLE
+from ..kernel.session import KERNEL_TRIES, OOM_FIRST, attach, start_retrying
 
 KERNEL_AHEAD = "COURSEKIT_KERNEL_AHEAD"  # a KernelAhead's handoff file
 PASS_MIME = "application/x-coursekit-test-passed"  # also in the prelude (grading::PASS_MIME)
@@ -191,7 +192,13 @@ class GradedExecute(Execute):
             try:
                 started = time.monotonic()
                 with contextlib.ExitStack() as stack:
-                    ahead = self._start_kernel(stack)
+                    try:
+                        ahead = self._start_kernel(stack)
+                    except RuntimeError as exc:  # before any cell of the submission ran: ours
+                        if restarts or "died before replying" not in str(exc):
+                            raise
+                        self._unavailable(nb, f"{exc} ({KERNEL_TRIES} tries)")
+                        return
                     info = self.wait_for_reply(self.kc.kernel_info())
                     self.nb.metadata["language_info"] = info["content"]["language_info"]
                     self.seconds["kernel start"] += time.monotonic() - started
@@ -240,6 +247,16 @@ class GradedExecute(Execute):
                         if cell.cell_type == "code":
                             cell.outputs = [_not_run(f"the kernel died {restarts} times")]
                     return
+
+    @staticmethod
+    def _unavailable(nb, why: str) -> None:
+        """No kernel could start: the first code cell says so in the words the grader reads as
+        its own fault (grade.kernel_unavailable), not as a score of 0; no cell runs."""
+        code = [cell for cell in nb.cells if cell.cell_type == "code"]
+        for cell in code:
+            cell.outputs = [_not_run("no kernel started")]
+        if code:
+            code[0].outputs = [_error("KernelUnavailable", f"{UNAVAILABLE}: {why}")]
 
     def _start_kernel(self, stack: contextlib.ExitStack) -> bool:
         """A kernel: the one started ahead, the first time and if it is still alive; else a

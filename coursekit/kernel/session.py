@@ -46,7 +46,10 @@ class Ran(NamedTuple):
         return None if self.ok else f"{self.reply.get('ename')}: {self.reply.get('evalue')}"
 
 
-def start_retrying(start, tries: int = 3):
+KERNEL_TRIES = 3
+
+
+def start_retrying(start, tries: int = KERNEL_TRIES):
     """`start()` starts a kernel on the TCP ports Jupyter picked and waits for its first
     reply; when the kernel died before that reply, it runs again (new ports), up to `tries`
     times. Jupyter picks free ports, then the kernel binds them, and a process starting

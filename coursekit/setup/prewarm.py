@@ -7,6 +7,7 @@ rustc, so a change of any of them warms again. Run by `coursekit setup`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -22,20 +23,52 @@ STAMP = slots.STAMP
 CELL_TIMEOUT_S = 3600
 
 
+PRELUDE_STAMP = "coursekit-prelude.txt"  # the prelude_key its kernels last built the prelude for
+PRELUDE = pins.PACKAGE / "kernel" / "prelude"
+
+
+def _prelude_files() -> list:
+    return [p for p in sorted(PRELUDE.rglob("*")) if p.is_file() and "target" not in p.parts]
+
+
+def _sources() -> list[str]:
+    """The course's evcxr configuration, the pool's cargo configuration and the prelude crate."""
+    config = evcxr_config_dir(prelude=True)
+    sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text()]
+    sources.append(slots.cargo_config(slots.pool_dir()))
+    return sources + [p.read_text() for p in _prelude_files()]
+
+
+def _key(spec: list) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def warm_key(framework: str) -> str:
     """Names everything a warm build depends on: pins, evcxr, rustc, the course's evcxr
     configuration and the prelude crate."""
-    rustc = pins.rustc_banner()
-    config = evcxr_config_dir(prelude=True)
-    prelude = pins.PACKAGE / "kernel" / "prelude"
-    sources = [(config / "init.evcxr").read_text(), (config / "prelude.rs").read_text()]
-    sources.append(slots.cargo_config(slots.pool_dir()))
-    sources += [p.read_text() for p in sorted(prelude.rglob("*")) if p.is_file() and "target" not in p.parts]
     libtorch = str(torch_lib_dir()) if framework == "tch" else ""  # torch-sys links against it
-    spec = json.dumps(
-        [pins.frameworks()[framework], pins.evcxr_version(), rustc, sources, libtorch], sort_keys=True
+    return _key(
+        [pins.frameworks()[framework], pins.evcxr_version(), pins.rustc_banner(), _sources(), libtorch]
     )
-    return hashlib.sha256(spec.encode()).hexdigest()[:16]
+
+
+def prelude_key() -> str:
+    """Names what decides whether a kernel rebuilds the prelude crate in a warm directory:
+    evcxr, rustc, the configuration, and the prelude's files, their paths and times (cargo
+    rebuilds a path dependency whose sources are newer than its build, as after a fresh clone)."""
+    files = [(str(p), p.stat().st_mtime_ns) for p in _prelude_files()]
+    return _key([pins.evcxr_version(), pins.rustc_banner(), _sources(), files])
+
+
+def prelude_built(slot: int | str) -> bool:
+    """This directory's prelude build is today's: a kernel started there compiles no prelude."""
+    with contextlib.suppress(OSError):
+        return (slots.pool_dir() / f"slot-{slot}" / PRELUDE_STAMP).read_text() == prelude_key()
+    return False
+
+
+def mark_prelude_built(slot: int | str) -> None:
+    (slots.pool_dir() / f"slot-{slot}" / PRELUDE_STAMP).write_text(prelude_key())
 
 
 def _stamps(slot: int) -> dict:

@@ -76,12 +76,13 @@ def ensure_pool(pool: Path | None = None) -> Path:
     return pool
 
 
-def lock_file(path: Path, wait: bool) -> int | None:
-    """An fd holding an exclusive lock on `path` (created if missing), released when the fd is
-    closed or the process ends; None when another process holds it and `wait` is False."""
+def lock_file(path: Path, wait: bool, shared: bool = False) -> int | None:
+    """An fd holding an exclusive (or shared) lock on `path` (created if missing), released
+    when the fd is closed or the process ends; None when another process holds it and `wait`
+    is False."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
         os.close(fd)
         return None
