@@ -774,8 +774,8 @@ def template_in_use(change: bool = False):
     has it alone, once the running jobs are done. The gate keeps new jobs out while a change
     waits, so that a steady stream of jobs cannot hold it off."""
     pool = slots.ensure_pool()
-    fds = [slots.lock_file(pool / f"slot-{GRADE_SLOT}.gate", wait=True)]
-    fds.append(slots.lock_file(pool / f"slot-{GRADE_SLOT}.users", wait=True, shared=not change))
+    fds = [slots.lock_file(pool / "grade-template.gate", wait=True)]
+    fds.append(slots.lock_file(pool / "grade-template.users", wait=True, shared=not change))
     if not change:
         os.close(fds.pop(0))
     try:
