@@ -60,6 +60,22 @@ def test_two_inputs_for_one_notebook_stop_the_batch_naming_both(tmp_path):
     assert f"ann.zip:{NB}" in str(err.value) and f"ann/01_rust/{NB}" in str(err.value)
 
 
+def test_a_second_grader_into_the_same_folder_stops_and_leaves_the_first_ones_jobs(tmp_path):
+    src, out = tmp_path / "subs", tmp_path / "out"
+    src.mkdir()
+    running = out / ".work" / "job-0123456789ab"  # the first grader's job
+    running.mkdir(parents=True)
+    first = slots.lock_file(out / ".grading.lock", wait=False)
+    try:
+        with pytest.raises(grade.InputError, match="another `coursekit grade` is writing to"):
+            grade.grade(src, out, settings=grade.Settings(sandboxed=False), progress=False)
+        assert running.is_dir()
+    finally:
+        os.close(first)
+    assert grade.grade(src, out, settings=grade.Settings(sandboxed=False), progress=False) == []
+    assert not running.exists(), "once the first grader is gone, what it left is cleaned up"
+
+
 def test_two_copies_in_one_zip_grade_neither_and_say_why(tmp_path):
     with zipfile.ZipFile(tmp_path / "bob.zip", "w") as z:
         z.writestr(f"a/{NB}", "{}")

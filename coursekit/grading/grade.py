@@ -845,14 +845,28 @@ def grade(
 ):
     """Grade every submission under `src` into `out`, in `jobs` parallel jobs here or on the
     workers of the Dask scheduler at `cluster` (coursekit.grading.cluster); return the
-    records of this run."""
-    from tqdm import tqdm
-
+    records of this run. One grader at a time writes to `out`: a second one stops at once
+    (it would remove the first one's jobs and both would write the same records)."""
     settings = settings or Settings()
     for warning in preflight(settings) if cluster is None else []:
         print(f"[grade] WARNING: {warning}", file=sys.stderr, flush=True)
     src, out = src.resolve(), out.resolve()  # jobs run in other working directories
     out.mkdir(parents=True, exist_ok=True)
+    held = slots.lock_file(out / ".grading.lock", wait=False)
+    if held is None:
+        raise InputError(
+            f"another `coursekit grade` is writing to {out}: let it finish (a re-run afterwards "
+            "grades only what changed), or grade into another --out"
+        )
+    try:
+        return _grade(src, out, jobs, settings, force, retry_errors, zip_pattern, progress, cluster)
+    finally:
+        os.close(held)
+
+
+def _grade(src, out, jobs, settings, force, retry_errors, zip_pattern, progress, cluster):
+    from tqdm import tqdm
+
     work = out / ".work"
     for job in work.glob("job-*"):  # left by a grader that was killed: its cgroups, its /tmp link
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
