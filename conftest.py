@@ -5,6 +5,7 @@ port was taken."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -17,11 +18,11 @@ from coursekit.kernel.session import KernelSession, start_retrying
 ROOT = Path(__file__).resolve().parent
 
 
-@pytest.fixture
-def port_taken_first():
-    """A KernelManager class whose first instance starts its kernel on a TCP port that another
-    process holds (the port race of coursekit.kernel.session.start_retrying), and the list of
-    the instances made."""
+@contextlib.contextmanager
+def kernels_on_a_taken_port(how_many: int):
+    """A KernelManager class whose first `how_many` instances start their kernel on a TCP port
+    that another process holds (the port race of coursekit.kernel.session.start_retrying), and
+    the list of the instances made."""
     import socket
 
     from jupyter_client.manager import KernelManager
@@ -31,15 +32,21 @@ def port_taken_first():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
 
-        class FirstOnATakenPort(KernelManager):
+        class OnATakenPort(KernelManager):
             def __init__(self, **kwargs):
                 super().__init__(**kwargs)
-                if not managers:
+                if len(managers) < how_many:
                     self.cache_ports = False  # else the launcher picks the ports again
                     self.control_port = taken.getsockname()[1]
                 managers.append(self)
 
-        yield FirstOnATakenPort, managers
+        yield OnATakenPort, managers
+
+
+@pytest.fixture
+def port_taken_first():
+    with kernels_on_a_taken_port(1) as taken:
+        yield taken
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, kernels_on_a_taken_port
 from coursekit.grading import grade, harness, sandbox, submission
 from coursekit.setup import slots
 
@@ -435,25 +435,15 @@ def test_a_kernel_whose_port_was_taken_is_started_again_on_fresh_ports(port_take
 def test_a_kernel_that_never_starts_is_the_graders_error_before_any_cell_runs():
     """A kernel that dies before its first reply at every try (the sandbox could not mount the
     template, say) has run nothing of the submission: the grader's fault, not a zero."""
-    import socket
-
-    from jupyter_client.manager import KernelManager
+    from coursekit.kernel.session import KERNEL_TRIES
 
     nb = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell("print(6 * 7)"), nbformat.v4.new_code_cell("print(1)")],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-
-        class AlwaysOnATakenPort(KernelManager):
-            def __init__(self, **kwargs):
-                super().__init__(**kwargs)
-                self.cache_ports = False
-                self.control_port = taken.getsockname()[1]
-
-        ex = harness.GradedExecute(kernel_manager_class=AlwaysOnATakenPort, kernel_name="python3")
+    with kernels_on_a_taken_port(KERNEL_TRIES) as (manager_class, managers):
+        ex = harness.GradedExecute(kernel_manager_class=manager_class, kernel_name="python3")
         ex.preprocess(nb, {"metadata": {"path": str(ROOT)}})
+    assert len(managers) == KERNEL_TRIES
     assert "Kernel died before replying" in grade.kernel_unavailable(nb)
     assert [o.ename for o in nb.cells[1].outputs] == ["NotRun"]
