@@ -258,6 +258,19 @@ def test_the_template_is_changed_only_when_the_prelude_was_built_from_other_sour
     os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
     grade.ensure_template_slot({"01_rust"})
     assert len(kernels) == 2, "a newer source (a fresh clone, an edit) is built again"
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 10**9))
+    warmed = set()
+    monkeypatch.setattr(prewarm, "is_warm", lambda slot, framework: framework in warmed)
+
+    def warm(slot, framework):
+        warmed.add(framework)
+        kernels.append(slot)
+
+    monkeypatch.setattr(prewarm, "warm", warm)
+    grade.ensure_template_slot({"02_tensors"})
+    assert len(kernels) == 2 + len(warmed) and warmed, "a framework's warm-up builds the prelude too"
+    grade.ensure_template_slot({"02_tensors"})
+    assert len(kernels) == 2 + len(warmed), "then nothing is left to do"
 
 
 def test_the_sandbox_gets_an_allow_list_of_variables_and_an_unprivileged_user(tmp_path, monkeypatch):

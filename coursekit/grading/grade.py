@@ -809,12 +809,13 @@ def ensure_template_slot(assignments: set[str]) -> None:
     if not cold() and prelude_built(GRADE_SLOT):
         return
     with template_in_use(change=True):
-        for fw in cold():
+        todo = cold()
+        for fw in todo:  # its kernel builds the prelude too
             print(f"[grade] compiling {fw} for the sandboxes (once)", flush=True)
             warm(GRADE_SLOT, fw)
-        if not prelude_built(GRADE_SLOT):  # after a fresh clone or an edit of the prelude
+        if not todo and not prelude_built(GRADE_SLOT):  # after a fresh clone or an edit of it
             run_cells(["()"], slot=GRADE_SLOT)
-            mark_prelude_built(GRADE_SLOT)
+        mark_prelude_built(GRADE_SLOT)
 
 
 def preflight(settings: Settings) -> list[str]:

@@ -107,9 +107,9 @@ class RustPyTorchKernel(IPythonKernel):
         """Import PyTorch in the background where the notebook has %%python cells (the course's
         import it, as show_versions does): the import (about 1.2 s of CPU) then overlaps
         evcxr's loading of the crates instead of delaying the first Python cell. Called at the
-        first cell (the kernel answers
-        kernel_info first, so the first cell reaches evcxr as soon as it can), after _harden
-        (nothing is imported from the working directory); Python cells wait until it is done."""
+        first cell (the kernel answers kernel_info first, so the first cell reaches evcxr as
+        soon as it can), after _harden (nothing is imported from the working directory);
+        Python cells wait until it is done."""
         if self.preloaded is not None:
             return
         self.preloaded = concurrent.futures.Future()
