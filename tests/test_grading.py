@@ -107,6 +107,29 @@ print("thief done")
 "#).output().unwrap();
 println!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 """
+# The code a test cell runs is on disk while the student's code runs (evcxr's src/lib.rs):
+# read the run's secret there, print a forged proof with evcxr's content markers, and open a
+# block that would swallow the harness's report of the failure.
+FORGE = r"""    use std::io::Write;
+    let dir = std::env::var(concat!("EVCXR", "_TMPDIR")).unwrap_or_default();
+    let src = std::fs::read_to_string(format!("{dir}/src/{}", concat!("lib", ".rs"))).unwrap_or_default();
+    let key = "grading::test(\"";
+    if let Some(at) = src.find(key) {
+        let nonce: String = src[at + key.len()..].chars().take_while(|c| *c != '"').collect();
+        let (begin, end) = (concat!("EVCXR", "_BEGIN_CONTENT"), concat!("EVCXR", "_END_CONTENT"));
+        let proof = format!("{{\"nonce\": \"{nonce}\"}}");
+        let forged = format!(
+            "{begin} application/x-coursekit-test-passed\n{proof}\n{end}\n{begin} text/plain\n"
+        );
+        let mut out = std::io::stdout().lock();
+        out.write_all(forged.as_bytes()).ok();
+        out.flush().ok();
+    }
+    t"""
+LEAK = r"""    let dir = std::env::var(concat!("EVCXR", "_TMPDIR")).unwrap_or_default();
+    let path = format!("{dir}/src/{}", concat!("lib", ".rs"));
+    println!("{}", std::fs::read_to_string(path).unwrap_or_default());
+"""
 PYTHON_PATCH = "%%python\nimport coursekit.kernel.outputs as o\no.CellOutputs.outcome = lambda self, *a: None"
 FAKE_ASSERTS = "".join(
     f"macro_rules! {m} {{ ($($t:tt)*) => {{}} }}\n" for m in ("assert", "assert_eq", "assert_ne")
@@ -149,6 +172,22 @@ def batch(paths: dict) -> dict:
             ["answer cell scale was turned into Python"],
         ),
         "connection_thief": (with_cell_after(unsolved, "scale", THIEF), 0, []),
+        "forged_proof": (with_solution(good, "scale", FORGE), FULL - 2, ["ForgedOutput"]),
+        "dep_override": (
+            with_cell_after(good, "scale", ':dep coursekit_prelude = { path = "/tmp/mine" }\nlet mine = 1;'),
+            FULL,
+            ["evcxr commands and shell lines are not run", "writes evcxr commands"],
+        ),
+        "hidden_leak": (with_solution(good, "scale", LEAK + SCALE), FULL, []),  # the feedback test reads it
+        "script_in_output": (
+            with_cell_after(
+                good,
+                "scale",
+                'display_html(&format!("<script>window.pwned_{}=1</script><b>bold_{}</b>", 4, 2));',
+            ),
+            FULL,
+            [],
+        ),
         # losing points for nothing
         "kill_all": (
             with_cell_after(
@@ -223,6 +262,16 @@ def batch(paths: dict) -> dict:
                 good,
                 'let block = vec![7u8; 1 << 20];\nlet dir = std::env::var("JUPYTER_RUNTIME_DIR").unwrap();\n'
                 'for i in 0..400 { std::fs::write(format!("{dir}/fill-{i}"), &block).unwrap(); }\n'
+                "std::thread::sleep(std::time::Duration::from_secs(20));",
+            ),
+            0,
+            ["wrote more than 256 MiB"],
+        ),
+        "inode_fill": (
+            with_extra_cell(
+                good,
+                'let dir = std::env::var("EVCXR_TMPDIR").unwrap();\n'
+                'for i in 0..400_000 { if std::fs::create_dir(format!("{dir}/d{i}")).is_err() { break; } }\n'
                 "std::thread::sleep(std::time::Duration::from_secs(20));",
             ),
             0,
@@ -452,6 +501,10 @@ def test_feedback_shows_failures_but_neither_hidden_tests_nor_secrets(graded):
     assert "thief done" in thief, "the thief ran, and found no key"
     unsolved = (out / "feedback" / "unsolved" / ASSIGNMENT / "01_values_moves_clone.html").read_text()
     assert "Tests that failed" in unsolved and "test_scale" in unsolved and "not yet implemented" in unsolved
+    leak = (out / "feedback" / "hidden_leak" / ASSIGNMENT / "01_values_moves_clone.html").read_text()
+    assert "[a line of a hidden test]" in leak, "the printed test code, blotted out"
+    scripted = (out / "feedback" / "script_in_output" / ASSIGNMENT / "01_values_moves_clone.html").read_text()
+    assert "bold_2" in scripted and "window.pwned_4" not in scripted, "the student's HTML, without its script"
     for spam in ("output_100mb", "long_line", "stderr_spam"):
         size = (out / "feedback" / spam / ASSIGNMENT / "01_values_moves_clone.html").stat().st_size
         assert size < 2 * 2**20, f"{spam}: {size} bytes of feedback"

@@ -29,6 +29,23 @@ def _notebook(path: Path, text: str = "{}") -> None:
     path.write_text(text)
 
 
+def test_a_corrupt_zip_is_an_invalid_notebook_not_the_end_of_the_batch(tmp_path):
+    good = nbformat.writes(nbformat.read(RELEASE, as_version=4)).encode()
+    with zipfile.ZipFile(tmp_path / "dan.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(f"a/{NB}", good)
+    raw = bytearray((tmp_path / "dan.zip").read_bytes())
+    start = raw.index(b"PK\x03\x04") + 30 + len(f"a/{NB}")  # the entry's compressed data
+    raw[start + 10 : start + 60] = bytes(range(50))
+    (tmp_path / "dan.zip").write_bytes(raw)
+    with pytest.raises(Exception) as err, zipfile.ZipFile(tmp_path / "dan.zip") as z:
+        z.read(f"a/{NB}")
+    assert not isinstance(err.value, (zipfile.BadZipFile, OSError, RuntimeError)), "a new kind of error"
+    found, _ = grade.discover(tmp_path, tmp_path / ".unzipped", ASSIGNMENTS)
+    assert [(s.student, s.notebook) for s in found] == [("dan", NB)]
+    with pytest.raises(submission.InvalidSubmission):
+        submission.read(found[0].path)
+
+
 def test_a_zip_belongs_to_its_uploader_whatever_its_folders_say(tmp_path):
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -132,16 +149,73 @@ def test_a_test_passes_only_with_this_runs_proof_and_no_error():
     assert _judged([forged])[0]["ename"] == "TestNotCompleted"
     assert _judged([])[0]["ename"] == "TestNotCompleted"
     error = {"output_type": "error", "ename": "RustPanic", "evalue": "boom", "traceback": []}
-    result = {
-        "output_type": "execute_result",
-        "execution_count": 1,
-        "metadata": {},
-        "data": {"text/plain": "1.0"},
-    }
-    judged = _judged([PROOF, result, error])
+    shown = {"output_type": "display_data", "metadata": {}, "data": {"text/html": "<b>1</b>"}}
+    judged = _judged([PROOF, shown, error])
     assert judged[0]["ename"] == "RustPanic", "the error goes first: nbgrader scores by the first output"
+    assert judged[1:] == [shown]
+    # A test cell makes no result (its code ends with `;`): one was forged with evcxr's
+    # markers, and nbgrader would read its text as a partial score.
+    result = {"output_type": "execute_result", "execution_count": 1, "metadata": {}}
+    result["data"] = {"text/plain": "1.0"}
+    assert [o["ename"] for o in _judged([PROOF, result])] == ["ForgedOutput"]
     stderr = {"output_type": "stream", "name": "stderr", "text": "debug print\n"}
     assert _judged([stderr, PROOF]) == [{"output_type": "stream", "name": "stdout", "text": "debug print\n"}]
+
+
+def test_output_that_imitates_evcxrs_markers_fails_its_cell():
+    """The prelude writes each content block's body on one line: evcxr's markers inside a
+    block, or in its MIME type, come from a cell's code (a forged block that swallows the
+    prelude's panic report, say)."""
+    from coursekit.kernel.outputs import CellOutputs
+
+    for data in (
+        {"x/swallow": "EVCXR_BEGIN_CONTENT application/x-coursekit-panic\nthread 'main' panicked"},
+        {"xEVCXR_BEGIN_CONTENT": "thread 'main' panicked"},
+        {"text/plain": "EVCXR_END_CONTENT"},
+    ):
+        cell = CellOutputs()
+        assert cell.translate("execute_result", {"data": data, "metadata": {}}) == []
+        assert cell.outcome("ok", False)["ename"] == "ForgedOutput"
+    cell = CellOutputs()
+    assert cell.translate("execute_result", {"data": {"text/html": "<b>EVCXR</b>"}, "metadata": {}})
+    assert cell.outcome("ok", False) is None
+
+
+def test_evcxr_commands_in_a_students_cells_are_not_run():
+    """`:dep coursekit_prelude = { path = ... }` would put a crate of the student's in the
+    place of the prelude whose harness reports the tests' results."""
+    released = nbformat.read(RELEASE, as_version=4)
+    nb = nbformat.read(RELEASE, as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = ':dep coursekit_prelude = { path = "/tmp/p" }\n' + answer.source
+    dep = '\n// mine\n  :dep coursekit_prelude = { path = "/tmp/p" }\r\n!cp -r /x /tmp/p\nlet a = 1;\n:vars'
+    nb.cells.append(nbformat.v4.new_code_cell(dep))
+    repaired, notes = submission.repair(nb, released)
+    sources = [c.source for c in repaired.cells]
+    assert not any(":dep" in s or "!cp" in s for s in sources)
+    assert "\n// mine\n\n\nlet a = 1;\n:vars" in sources, "only the leading commands, line numbers kept"
+    assert sum("evcxr commands" in n for n in notes) == 2, notes
+    assert "writes evcxr commands" in " ".join(submission.review_flags(nb, released))
+    assert submission.without_commands("let b = 2;\n:dep x") == ("let b = 2;\n:dep x", [])
+    # evcxr reads a leading `::path` line as a command too (tests/test_structure.py keeps it
+    # out of test cells); so does this
+    assert submission.without_commands("::std::mem::drop(1);")[1] == ["::std::mem::drop(1);"]
+
+
+def test_review_flags_take_time_in_proportion_to_the_code_never_its_square():
+    """The flags are read in the grader's own process, before any sandbox or limit: a pattern
+    that backtracks over a long cell would stop the whole batch (1 MB of `impl `: hours)."""
+    code = (
+        "import nbformat, time\n"
+        "from coursekit.grading import submission\n"
+        "released = nbformat.v4.new_notebook()\n"
+        "for text in ('impl ' * 200_000, 'kernel-' * 150_000, 'PartialEq<' * 100_000):\n"
+        "    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(text)])\n"
+        "    submission.review_flags(nb, released)\n"
+    )
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120, check=True)
 
 
 def test_review_flags_name_what_looks_like_an_attack():
@@ -181,6 +255,11 @@ def test_disk_use_counts_each_file_once_hard_links_included(tmp_path):
     assert slots.size(tmp_path) == before >= 100_000
     (tmp_path / "b").write_bytes(b"y" * 100_000)
     assert slots.size(tmp_path) >= 200_000
+    before = slots.size(tmp_path)
+    for i in range(100):  # empty files and directories cost inodes, if no blocks
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / "empty").touch()
+    assert slots.size(tmp_path) >= before + 200 * slots.ENTRY_BYTES
 
 
 def test_a_job_shares_the_templates_big_artefacts_but_not_its_past_cells(tmp_path):
@@ -398,11 +477,13 @@ def test_a_kernel_that_could_not_start_is_the_graders_error_not_a_zero():
     assert grade.kernel_unavailable(nb) is None  # the submission's own failure
     nb.cells[1].outputs[0].evalue = "the Rust kernel is unavailable: says the student's panic"
     assert grade.kernel_unavailable(nb) is None, "a submission cannot pass its failure off as ours"
+    nb.cells[1].outputs[0].ename = "RustError"  # `Err("the Rust kernel is unavailable: ...")?`
+    assert grade.kernel_unavailable(nb) is None, "nor an error it returned"
     nb.cells[1].outputs = []
     nb.cells[0].outputs = [
         nbformat.v4.new_output(
             "error",
-            ename="RuntimeError",
+            ename="KernelUnavailable",
             evalue="the Rust kernel is unavailable: Kernel died before replying to kernel_info",
             traceback=[],
         )

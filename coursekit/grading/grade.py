@@ -53,7 +53,7 @@ import nbformat
 
 from .. import pins
 from ..content.notebooks import split_python
-from ..kernel.outputs import ANSI, UNAVAILABLE
+from ..kernel.outputs import ANSI, UNAVAILABLE_NAME
 from ..pins import ROOT
 from ..setup import slots
 from . import harness, nbgrader_server, sandbox, submission
@@ -62,7 +62,7 @@ CELL_TIMEOUT_S = int(os.environ.get("COURSEKIT_CELL_TIMEOUT", "120"))
 NOTEBOOK_TIMEOUT_S = int(os.environ.get("COURSEKIT_NOTEBOOK_TIMEOUT", "900"))
 GRADE_SLOT = "grade"
 ZIP_PATTERN = r"(?P<student>[^_]+)(?:_.*)?\.zip"
-ZIP_LIMITS = (50 * 2**20, 500 * 2**20)  # bytes of one notebook, of all a zip unpacks to
+ZIP_LIMITS = (submission.MAX_BYTES, 500 * 2**20)  # bytes of one notebook, of all a zip unpacks to
 NBGRADER_STUDENT = "student"  # the id inside a job's scratch course; the record keeps the name
 
 
@@ -171,9 +171,13 @@ def _unzip(path: Path, dest: Path) -> list[tuple[str, Path]]:
                     continue
                 target = dest / str(i) / student_dir(name.name)
                 target.parent.mkdir(parents=True)
-                target.write_bytes(z.read(info))
+                try:
+                    data = z.read(info)
+                except Exception:  # corrupt data: zlib.error, EOFError, lzma.LZMAError, ...
+                    data = b""  # graded as an invalid notebook
+                target.write_bytes(data)
                 out.append((info.filename, target))
-    except (zipfile.BadZipFile, OSError, RuntimeError):
+    except Exception:  # not a zip, or one whose directory cannot be read (whatever the error)
         target = dest / "unreadable" / f"{path.stem}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("")  # graded as an invalid notebook
@@ -217,6 +221,7 @@ c.Execute.timeout = {cell_timeout}
 c.GradedExecute.notebook_timeout = {notebook_timeout}
 c.Execute.startup_timeout = 180
 c.Execute.interrupt_on_timeout = True
+c.HTMLExporter.sanitize_html = True  # feedback pages: no student HTML or script runs there
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 100
 c.Execute.iopub_timeout = 30
@@ -374,7 +379,11 @@ def grader_version() -> str:
 
 def input_key(sub: Submission, settings: Settings) -> str:
     def read(path: Path) -> bytes:
-        return path.read_bytes() if path.is_file() else b""
+        if not path.is_file():
+            return b""
+        st = path.stat()  # a notebook too large to read is known by its size and time
+        too_large = st.st_size > submission.MAX_BYTES
+        return f"{st.st_size} {st.st_mtime_ns}".encode() if too_large else path.read_bytes()
 
     return _digest(
         read(sub.path),
@@ -400,20 +409,15 @@ def _messages(nb: nbformat.NotebookNode) -> dict[str, str]:
     return found
 
 
-# The errors whose words a submission chooses (a panic's message, its compile errors): never
-# read as the grader's fault, whatever they say.
-STUDENTS_ERRORS = {"RustPanic", "CompileError", "EvcxrError", "RustProcessExited"}
-
-
 def kernel_unavailable(nb: nbformat.NotebookNode) -> str | None:
     """Why evcxr could not start in this graded run, if it could not: a fault of the grader's
-    set-up (a stale build directory, a missing binary), which no submission's score may hide."""
+    set-up (a stale build directory, a missing binary), which no submission's score may hide.
+    Known by the error's name, which only the kernel and the harness give: a submission
+    chooses the words of its panics and errors, never their names."""
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            if out.get("output_type") != "error" or out.get("ename") in STUDENTS_ERRORS:
-                continue
-            if str(out.get("evalue", "")).startswith(UNAVAILABLE):
-                return _tail(ANSI.sub("", str(out["evalue"])), 300)
+            if out.get("output_type") == "error" and out.get("ename") == UNAVAILABLE_NAME:
+                return _tail(ANSI.sub("", str(out.get("evalue", ""))), 300)
     return None
 
 
@@ -650,12 +654,36 @@ def _read_scores(record: Record, course: Path, sub: Submission) -> None:
 
 def _hide_tests(autograded: Path, released: nbformat.NotebookNode) -> None:
     """Test cells as the student saw them (no hidden tests), and their errors without the
-    source excerpts a compiler error quotes."""
+    source excerpts a compiler error quotes. The code a test cell runs was on disk (evcxr's
+    build directory) while the student's code ran: a hidden test's line that an output
+    prints is blotted out too (as printed: an encoded copy gets through)."""
     visible = {
         harness.nbgrader_meta(c).get("grade_id"): c.source for c in released.cells if harness.is_test(c)
     }
     nb = nbformat.read(autograded, as_version=4)
+    hidden = set()
     for cell in nb.cells:
+        if harness.is_test(cell):
+            shown = set(visible.get(harness.nbgrader_meta(cell).get("grade_id"), "").splitlines())
+            hidden |= {line.strip() for line in cell.source.splitlines() if line not in shown}
+    hidden = sorted((line for line in hidden if len(line) >= 12), key=len, reverse=True)
+
+    def blot(text):
+        if not isinstance(text, str):
+            return text
+        for line in hidden:
+            text = text.replace(line, "[a line of a hidden test]")
+        return text
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            for key in ("text", "evalue"):
+                if key in out:
+                    out[key] = blot(out[key])
+            if "traceback" in out:
+                out["traceback"] = [blot(line) for line in out["traceback"]]
+            if isinstance(out.get("data"), dict):
+                out["data"] = {mime: blot(value) for mime, value in out["data"].items()}
         if harness.is_test(cell):
             cell.source = visible.get(harness.nbgrader_meta(cell).get("grade_id"), "")
             for out in cell.get("outputs", []):

@@ -33,7 +33,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from ..kernel.outputs import UNAVAILABLE
+from ..kernel.outputs import FORGED, UNAVAILABLE, UNAVAILABLE_NAME
 from ..kernel.session import KERNEL_TRIES, OOM_FIRST, attach, start_retrying
 
 KERNEL_AHEAD = "COURSEKIT_KERNEL_AHEAD"  # a KernelAhead's handoff file
@@ -75,7 +75,7 @@ def arm(source: str, nonce: str, name: str, helpers: str = "") -> str:
 
 def proof(out: dict, nonce: str) -> bool:
     """This output is the harness's proof, for this run's secret, that a test ran to its end."""
-    with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
+    with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError, RecursionError):
         return json.loads(out.get("data", {})[PASS_MIME]).get("nonce") == nonce
     return False
 
@@ -161,6 +161,10 @@ class GradedExecute(Execute):
                     if not data:
                         continue
                     out = NotebookNode({**out, "data": data})
+                if out.get("output_type") == "execute_result":
+                    # A test cell's code ends with `;`: a result can only be written by code
+                    # that imitates evcxr's output markers (nbgrader would read it as a score).
+                    out = _error(FORGED, "the test cell showed a result the harness did not make")
                 outputs.append(out)
             errors = [o for o in outputs if o.output_type == "error"]
             failed = bool(errors)
@@ -256,7 +260,7 @@ class GradedExecute(Execute):
         for cell in code:
             cell.outputs = [_not_run("no kernel started")]
         if code:
-            code[0].outputs = [_error("KernelUnavailable", f"{UNAVAILABLE}: {why}")]
+            code[0].outputs = [_error(UNAVAILABLE_NAME, f"{UNAVAILABLE}: {why}")]
 
     def _start_kernel(self, stack: contextlib.ExitStack) -> bool:
         """A kernel: the one started ahead, the first time and if it is still alive; else a

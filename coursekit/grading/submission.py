@@ -8,14 +8,17 @@ student wrote it. Before grading, the submission is rebuilt on the exercise: eve
 the release in the release's order, with its released metadata — the student's source for
 answer cells, the released source for all others — and the student's own extra Rust cells
 after the cell they followed. The student's `%%python` cells are dropped: Python runs in
-the kernel's own process, next to the code that reports results. Each repair is reported
-to the student.
+the kernel's own process, next to the code that reports results; so are the evcxr commands
+(`:dep`, `:opt`, ...) and shell lines (`!`) of the student's cells: a `:dep` could put another
+crate in the place of the prelude that reports the results. Each repair is reported to the
+student.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 
 import nbformat
@@ -24,6 +27,9 @@ from ..content.notebooks import KERNELSPEC, split_python
 from .harness import is_test, nbgrader_meta
 
 GRADING_KEYS = ("grade_id", "grade", "solution", "locked", "points", "task")
+
+
+MAX_BYTES = 50 * 2**20  # a notebook larger than this is not read (a zip's entries too)
 
 
 class InvalidSubmission(ValueError):
@@ -43,12 +49,14 @@ def _source(cell) -> str:
 def read(path) -> nbformat.NotebookNode:
     try:
         with open(path, encoding="utf-8") as f:
+            if os.fstat(f.fileno()).st_size > MAX_BYTES:
+                raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
             raw = json.load(f)
         if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list):
             raise ValueError("no list of cells")
         raw["cells"] = [c for c in raw["cells"] if isinstance(c, dict)]
         return nbformat.from_dict(raw)
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError, RecursionError) as exc:
         raise InvalidSubmission(f"not a readable Jupyter notebook ({type(exc).__name__}: {exc})") from None
 
 
@@ -69,7 +77,10 @@ def repair(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode):
             if split_python(_source(cell)) is not None:
                 notes.append("your own %%python cells were not run: graded runs execute Rust cells only")
                 continue
-            extras.setdefault(anchor, []).append(_code_cell(_source(cell)))
+            source, commands = without_commands(_source(cell))
+            if commands:
+                notes.append(_commands_note("a cell of your own", commands))
+            extras.setdefault(anchor, []).append(_code_cell(source))
             continue
         if gid in theirs:
             notes.append(f"cell {gid} appears twice: the first copy was graded")
@@ -101,6 +112,9 @@ def repair(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode):
                         f"answer cell {gid} was turned into Python: it was graded as the exercise's Rust cell"
                     )
                     cell.source = ref.source
+                cell.source, commands = without_commands(cell.source)
+                if commands:
+                    notes.append(_commands_note(f"cell {gid}", commands))
         elif gid is not None:
             if mine is None:
                 notes.append(f"cell {gid} was deleted: it was restored")
@@ -121,6 +135,30 @@ def repair(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode):
     return nb, notes
 
 
+# evcxr reads a cell's lines as commands until its first line of Rust (evcxr 0.22's
+# code_block.rs): `:command args`, `!shell command`; blank lines and `//` comments between.
+_COMMAND = re.compile(r" *:[^ ]*(?: +.*)?")
+
+
+def without_commands(source: str) -> tuple[str, list[str]]:
+    """The cell with its evcxr commands and shell lines blanked (line numbers stay), and
+    those lines."""
+    lines, commands = source.split("\n"), []
+    for i, line in enumerate(lines):
+        plain = line.rstrip("\r")
+        if plain.startswith("!") or _COMMAND.fullmatch(plain):
+            commands.append(plain.strip())
+            lines[i] = ""
+        elif not (plain.startswith("//") or not plain.strip()):
+            break
+    return "\n".join(lines), commands
+
+
+def _commands_note(where: str, commands: list[str]) -> str:
+    shown = ", ".join(f"`{c[:60]}`" for c in commands[:3]) + (", ..." if len(commands) > 3 else "")
+    return f"{where}: evcxr commands and shell lines are not run in a graded run ({shown})"
+
+
 def _code_cell(source: str) -> nbformat.NotebookNode:
     return nbformat.v4.new_code_cell(source)
 
@@ -133,11 +171,17 @@ SUSPICIOUS = [
         "defines a macro named like one of std's",
     ),
     (r"\bprocess\s*::\s*(exit|abort)\b|\blibc\b|\bextern\s+\"C\"", "exits the process or calls C directly"),
-    (r"/proc\b|EVCXR|JUPYTER|lib\.rs|kernel-[\w-]*\.json", "reads the build or runtime directory, or /proc"),
+    (
+        r"/proc\b|EVCXR|JUPYTER|lib\.rs|kernel-[\w-]{0,80}\.json",
+        "reads the build or runtime directory, or /proc",
+    ),
     (r"\bCommand\s*::\s*new\b|\bextern\s+crate\b", "starts programs or loads crates"),
     (r"\bunsafe\b|\basm!", "uses unsafe code"),
-    (r"\bimpl\b[^{]*\bPartialEq\b", "implements equality by hand"),
+    (r"\bPartialEq\s*(?:<[^{};]{0,100}?>\s*)?for\b", "implements equality by hand"),
+    (r"(?m)^ *:[a-z_]|^!", "writes evcxr commands or shell lines (not run when graded)"),
 ]
+# Each pattern's cost grows with the cell's length times a bounded span, never with its square:
+# the flags are read in the grader's own process, before any sandbox or time limit.
 # Top-level names (a line's first column): what a cell defines for the cells after it.
 _TO_RUST = re.compile(r"to_rust\(\s*[\"'](\w+)")  # variables a %%python cell binds in Rust
 _ITEM = re.compile(

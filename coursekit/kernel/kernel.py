@@ -27,7 +27,7 @@ from ..content.notebooks import LANGUAGE_INFO, split_python
 from ..learner import memory
 from . import values
 from .evcxr_child import ChildRestarted, EvcxrChild
-from .outputs import LOST, UNAVAILABLE, CellOutputs, error_output
+from .outputs import LOST, UNAVAILABLE, UNAVAILABLE_NAME, CellOutputs, error_output
 from .session import OOM_FIRST, WARM_UP
 
 PANIC_HOOK = "coursekit_prelude::install_panic_hook();"  # also in prelude.rs
@@ -224,8 +224,8 @@ class RustPyTorchKernel(IPythonKernel):
         except Exception as exc:  # evcxr could not start: say why, keep the kernel alive
             status.clear()
             return {
-                "ename": type(exc).__name__,
-                "evalue": f"{UNAVAILABLE}: {exc}",
+                "ename": UNAVAILABLE_NAME,
+                "evalue": f"{UNAVAILABLE}: {type(exc).__name__}: {exc}",
                 "traceback": [f"Rust kernel unavailable: {exc!r}. Run `coursekit doctor`."],
             }
         finally:

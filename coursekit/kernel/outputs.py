@@ -26,6 +26,11 @@ PANIC_MIME = OWN_MIME + "panic"  # the prelude's panic hook
 ERROR_MIME = OWN_MIME + "error"  # the error a cell returned with `?`
 SHARE_MIME_PREFIX = OWN_MIME + "share+"  # share(name, value): the name follows, %-escaped
 LAST_MIME = OWN_MIME + "last"  # the ID of the cell's last marker line
+# evcxr's own markers of a content block: the prelude writes each block's body on one line,
+# so a marker inside a block, or in its MIME type, was printed by the cell's code to pass
+# its own output off as the prelude's (or to swallow the prelude's panic report).
+EVCXR_MARKERS = re.compile("EVCXR_(?:BEGIN|END)_CONTENT")
+FORGED = "ForgedOutput"
 
 
 def _ours(mime: str) -> bool:
@@ -60,6 +65,7 @@ class CellOutputs:
     in_backtrace: bool = False
     returned_error: str | None = None  # what `?` returned from the cell
     last_line: str | None = None  # the ID of the cell's last marker line (LAST_MIME)
+    forged: bool = False  # the cell's code imitated evcxr's content markers
     seen_line: str | None = None  # the ID of the last marker line that arrived
 
     def settled(self) -> bool:
@@ -71,6 +77,9 @@ class CellOutputs:
         if msg_type == "error":
             self.errors.append(content)
             return []  # published once the cell is over, with a clear name
+        if msg_type in ("execute_result", "display_data") and _imitates_markers(content.get("data", {})):
+            self.forged = True
+            return []
         if msg_type == "execute_result" and any(_ours(m) for m in content.get("data", {})):
             data = dict(content["data"])
             out = []
@@ -137,6 +146,9 @@ class CellOutputs:
 
     def outcome(self, reply_status: str, interrupted: bool) -> dict | None:
         """The error (ename, evalue, traceback) this cell ends with, or None."""
+        if self.forged:
+            why = "the cell's output imitated evcxr's own output markers (EVCXR_BEGIN_CONTENT)"
+            return error_output(FORGED, why)
         if self.errors:
             evalue = self.errors[0].get("evalue", "")
             traceback = [line for e in self.errors for line in e.get("traceback", [])]
@@ -165,12 +177,17 @@ class CellOutputs:
         return None
 
 
+def _imitates_markers(data: dict) -> bool:
+    return any(EVCXR_MARKERS.search(f"{mime} {value}") for mime, value in data.items())
+
+
 def _lines(text: str) -> list[str]:
     """Lines with their ends (str.splitlines would also split at the marker's \\x1e)."""
     return [line for line in re.split(r"(?<=\n)", text) if line]
 
 
 UNAVAILABLE = "the Rust kernel is unavailable"  # evcxr could not start (the grader's fault)
+UNAVAILABLE_NAME = "KernelUnavailable"  # its error's name, which no cell's code can choose
 LOST = "the Rust process restarted and all Rust variables were lost (items such as fn and struct remain)"
 
 

@@ -187,17 +187,22 @@ def _copy(src: Path, slot: Path) -> bool:
     return True
 
 
+ENTRY_BYTES = 4096  # what size() counts at least for a file, directory or link: its inode
+
+
 def size(path: Path) -> int:
-    """Bytes on disk under `path`: each file once, however many hard links it has (the
-    grader's disk limit: a hard link inside a job would otherwise hide or double its size)."""
+    """Bytes on disk under `path` (the grader's disk limit): each file once, however many
+    hard links it has (a hard link inside a job would otherwise hide or double its size),
+    and each entry, directories and empty files too, as at least ENTRY_BYTES (millions of
+    empty entries would fill the disk's inodes at no cost)."""
     seen, total = set(), 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
+    for dirpath, dirs, files in os.walk(path):
+        for name in dirs + files:
             with contextlib.suppress(OSError):
-                st = os.lstat(os.path.join(dirpath, f))
+                st = os.lstat(os.path.join(dirpath, name))
                 if (st.st_dev, st.st_ino) not in seen:
                     seen.add((st.st_dev, st.st_ino))
-                    total += st.st_blocks * 512
+                    total += max(st.st_blocks * 512, ENTRY_BYTES)
     return total
 
 
