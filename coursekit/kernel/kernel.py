@@ -358,12 +358,13 @@ def _harden(app: IPKernelApp) -> None:
 
 
 def main():
+    if GRADED or os.environ.get(OOM_FIRST) == "1":
+        # where memory runs out, this kernel's processes (evcxr, rustc) go first: a check or
+        # Validate beside the learner's open notebooks never costs them their kernels. Before
+        # initialize(), which may already start evcxr, so that it inherits the score.
+        memory.volunteer()
     app = IPKernelApp.instance(kernel_class=RustPyTorchKernel)
     app.initialize()
     if GRADED:
         _harden(app)
-    if GRADED or os.environ.get(OOM_FIRST) == "1":
-        # where memory runs out, this kernel's processes (evcxr, rustc) go first: a check or
-        # Validate beside the learner's open notebooks never costs them their kernels
-        memory.volunteer()
     app.start()
