@@ -105,6 +105,9 @@ def test_the_sources_built_are_crates_io_s_with_the_course_s_patch(machine, tmp_
     version = pins.evcxr_version()
     analyzer = (tmp_path / "src" / f"evcxr-{version}" / "src" / "rust_analyzer.rs").read_text()
     assert "fn prime_caches(&self)" in analyzer and "self.prime_caches();" in analyzer
+    assert "pub(crate) fn declared_variables(" in analyzer
+    context = (tmp_path / "src" / f"evcxr-{version}" / "src" / "eval_context.rs").read_text()
+    assert 'std::env::var_os("EVCXR_LAZY_ANALYSIS")' in context
     lock = jupyter.joinpath("Cargo.lock").read_text()
     evcxr = lock[lock.index('name = "evcxr"\n') :].split("[[package]]")[0]
     assert "source =" not in evcxr and "checksum" not in evcxr, "evcxr must be the patched path crate"
@@ -160,3 +163,22 @@ def test_a_patch_applies_hunk_by_hunk_with_exact_context(tmp_path):
     assert source.read_text() == "fn a() {}\nfn a2() {}\n\nfn b() {}\nfn c() {}\n"
     with pytest.raises(evcxr_build.BuildError, match="src/lib.rs: the lines from 1 on are not the patch's"):
         evcxr_build._apply(patch, tmp_path)  # applied already: its context is gone
+
+
+def test_a_patch_of_two_files_ends_each_hunk_where_its_header_says(tmp_path):
+    (tmp_path / "src").mkdir()
+    one, two = tmp_path / "src" / "one.rs", tmp_path / "src" / "two.rs"
+    one.write_text("fn a() {}\nfn b() {}\n")
+    two.write_text("fn c() {}\n")
+    patch = (
+        "--- a/src/one.rs\n+++ b/src/one.rs\n@@ -1,2 +1,3 @@\n fn a() {}\n+fn a2() {}\n fn b() {}\n"
+        # the next file's header starts with `-`, right after a hunk's context line
+        "--- a/src/two.rs\n+++ b/src/two.rs\n@@ -1 +1 @@\n-fn c() {}\n+fn c2() {}\n"
+    )
+    evcxr_build._apply(patch, tmp_path)
+    assert one.read_text() == "fn a() {}\nfn a2() {}\nfn b() {}\n"
+    assert two.read_text() == "fn c2() {}\n"
+    one.write_text("fn a() {}\nfn b() {}\n")
+    two.write_text("fn c() {}\n")
+    with pytest.raises(evcxr_build.BuildError, match="src/two.rs: a hunk is shorter than its header says"):
+        evcxr_build._apply(patch.replace("@@ -1 +1 @@", "@@ -1,2 +1,2 @@"), tmp_path)

@@ -518,3 +518,31 @@ def test_a_checks_kernel_is_what_the_system_stops_first_when_memory_runs_out(fir
             assert Path(f"/proc/{process.pid}/oom_score_adj").read_text().strip() == expected, process
     finally:
         session.close()
+
+
+def test_a_checks_kernel_indexes_crates_only_for_a_type_to_infer():
+    """A check's kernel (check, Validate, grading) tells evcxr EVCXR_LAZY_ANALYSIS
+    (evcxr.patch): its rust-analyzer loads no crate graph, not even the standard library's,
+    while the cells' variables declare their types, as the harness's tests do; the first
+    variable whose type must be inferred loads it. Variables persist either way. A learner's
+    kernel indexes at once (the first cell's variable needs it anyway)."""
+    from coursekit.kernel.session import OOM_FIRST
+
+    def evcxr_mib(session) -> int:
+        kernel = psutil.Process(session.km.provisioner.pid)
+        evcxr = [p for p in kernel.children(recursive=True) if p.name() == "evcxr_jupyter"]
+        return max(p.memory_info().rss for p in evcxr) >> 20
+
+    check, learner = KernelSession(env={OOM_FIRST: "1"}), KernelSession()
+    try:
+        for session in (check, learner):
+            assert session.run("let declared: Vec<i32> = vec![1, 2];").ok
+            assert session.stdout('println!("{}", declared.len());') == "2\n"
+        lazy, eager = evcxr_mib(check), evcxr_mib(learner)
+        assert eager > 4 * lazy, f"evcxr holds {lazy} MiB in a check's kernel, {eager} MiB in a learner's"
+        assert check.run("let inferred = declared.iter().sum::<i32>();").ok
+        assert check.stdout('println!("{inferred}");') == "3\n"
+        assert evcxr_mib(check) > 4 * lazy, "the analyzer did not load for a type to infer"
+    finally:
+        check.close()
+        learner.close()

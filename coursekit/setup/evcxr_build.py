@@ -124,9 +124,12 @@ def _apply(patch: str, root: Path) -> None:
         path, i, shift = root / name, i + 2, 0
         text = path.read_text().splitlines(keepends=True)
         while i < len(lines) and lines[i].startswith("@@ "):
-            at = int(re.match(r"@@ -(\d+)", lines[i]).group(1)) - 1 + shift
-            old, new, i = [], [], i + 1
-            while i < len(lines) and lines[i][:1] in (" ", "-", "+", "\n"):
+            start, old_n, new_n = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@", lines[i]).groups()
+            at, old, new, i = int(start) - 1 + shift, [], [], i + 1
+            # the header's line counts end the hunk (a next file's `--- ` line is no deletion)
+            while (len(old), len(new)) != (int(old_n or 1), int(new_n or 1)):
+                if i == len(lines) or lines[i][:1] not in (" ", "-", "+", "\n"):
+                    raise BuildError(f"{name}: a hunk is shorter than its header says")
                 tag, body = lines[i][:1], lines[i][1:] or "\n"  # an empty line: blank context
                 if tag != "+":
                     old.append(body)
