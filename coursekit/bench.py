@@ -216,16 +216,23 @@ class _Sampler:
 UNPRIMED = "kernel start to first result, without the course's evcxr patch (one crate at a time)"
 
 
+CHECKS = "kernel start to first result, in a check's kernel (the cell in a block, as a test runs)"
+
+
 def bench_startup(fw: str) -> dict:
-    """Kernel start to the first framework cell's result, as the tests and graded runs pay it
-    (no background warm-up), split by what the kernel's processes were doing; and the same
-    with evcxr's analyzer indexing as released (coursekit/setup/evcxr.patch switched off)."""
+    """Kernel start to the first framework cell's result in a lesson's kernel without its
+    background warm-up (as the lessons' tests pay it), split by what the kernel's processes
+    were doing; the same with evcxr's analyzer indexing as released (coursekit/setup/evcxr.patch
+    switched off); and in a check's kernel, whose analyzer indexes nothing for a test."""
+    from .kernel.session import OOM_FIRST
+
     phases = _startup(fw)
     phases[UNPRIMED] = _startup(fw, {"EVCXR_PRIME_THREADS": "0"})["kernel start to first result"]
+    phases[CHECKS] = _startup(fw, {OOM_FIRST: "1"}, block=True)["kernel start to first result"]
     return phases
 
 
-def _startup(fw: str, env: dict | None = None) -> dict:
+def _startup(fw: str, env: dict | None = None, block: bool = False) -> dict:
     import threading
 
     from .kernel.session import KernelSession
@@ -247,7 +254,7 @@ def _startup(fw: str, env: dict | None = None) -> dict:
     try:
         for label, code in (
             (":dep cell", "\n".join(pins.dep_lines(fw))),
-            ("first cell", pins.frameworks()[fw]["smoke"]),
+            ("first cell", "{%s}" % pins.frameworks()[fw]["smoke"] if block else pins.frameworks()[fw]["smoke"]),
         ):
             sampler.seconds = {}
             t = time.monotonic()
@@ -404,16 +411,14 @@ def bench_grading(scratch: Path, assignment: str, notebook: str, students: int) 
 
 
 # Binder's limits (mybinder.org: about 2 GB of memory, 1 CPU), and what a learner runs there:
-# the heaviest lessons and a check of the heaviest exercise, each alone (tests/test_binder.py
-# runs these), then lessons with a `coursekit check` of their exercise beside them.
+# the heaviest lessons and a check of the heaviest exercise, each alone, then lessons with a
+# `coursekit check` of their solved exercise beside them. tests/test_binder.py runs those
+# that fit (BINDER_TESTED): all but the Burn lesson with a check beside it.
 BINDER_MEMORY = 2 << 30
-BINDER_ALONE = {
+BINDER_RUNS = {
     "the tch tensor lesson": ["course/02_tensors/01_tch.ipynb"],
     "the Burn tensor lesson": ["course/02_tensors/03_burn.ipynb"],
     "`coursekit check` of the solved Burn tensor exercise": ["solutions/02_tensors/03_burn.ipynb"],
-}
-BINDER_RUNS = {
-    **BINDER_ALONE,
     "a Part 1 lesson (Rust only), with `coursekit check` of its solved exercise beside it": [
         "course/01_rust_for_pytorch/03_errors.ipynb",
         "solutions/01_rust/03_errors.ipynb",
@@ -422,10 +427,18 @@ BINDER_RUNS = {
         "course/02_tensors/01_tch.ipynb",
         "solutions/02_tensors/01_tch.ipynb",
     ],
-    "the Burn tensor lesson, with `coursekit check` of its exercise beside it": [
+    "the Burn tensor lesson, with `coursekit check` of its solved exercise beside it": [
         "course/02_tensors/03_burn.ipynb",
-        "exercises/02_tensors/03_burn.ipynb",
+        "solutions/02_tensors/03_burn.ipynb",
     ],
+}
+BINDER_TESTED = {
+    label: BINDER_RUNS[label]
+    for label in (
+        "the tch tensor lesson, with `coursekit check` of its solved exercise beside it",
+        "the Burn tensor lesson",
+        "`coursekit check` of the solved Burn tensor exercise",
+    )
 }
 
 
@@ -785,6 +798,7 @@ def write_results(
     if startup:
         fws = list(startup)
         phases = list(dict.fromkeys(p for fw in fws for p in startup[fw]))
+        phases.sort(key=lambda p: p.startswith("kernel start to first result"))  # the sums last
         lines += [
             "## From kernel start to the first framework cell's result: where the time goes",
             "",
@@ -798,9 +812,9 @@ def write_results(
                 for phase in phases
             ),
             "",
-            "As the tests, `coursekit check` and graded runs pay it: a fresh `rust-pytorch` kernel "
-            "in a warm build directory, no background warm-up, then the notebook's `:dep` cell and "
-            "a first small cell. Each cell's time is split by sampling the kernel's processes every "
+            "As the lessons' tests pay it: a fresh `rust-pytorch` kernel in a warm build "
+            "directory, no background warm-up, then the notebook's `:dep` cell and a first small "
+            "cell. Each cell's time is split by sampling the kernel's processes every "
             "0.1 s and naming the first that was busy of: rustc; a linker; a build script; cargo "
             "alone (`cargo metadata` for evcxr's analyzer, checking which crates are fresh); the "
             "runner executing the cell's code; evcxr alone (its embedded rust-analyzer reading "
@@ -809,11 +823,14 @@ def write_results(
             "alone: its analyzer parses the sources of the framework's whole crate graph "
             "and indexes it once per kernel, and keeps nothing between kernels. The course's "
             "evcxr indexes a new crate graph on all cores at once, in the `:dep` cell "
-            "(`coursekit/setup/evcxr.patch`; the last row is the same kernel with that switched "
-            "off, as evcxr 0.22 does it: one crate at a time, inside the first queries; on one "
-            "CPU, as on Binder, the two are the same). It reads a lean copy of the standard "
+            "(`coursekit/setup/evcxr.patch`; the next-to-last row is the same kernel with that "
+            "switched off, as evcxr 0.22 does it: one crate at a time, inside the first queries; "
+            "on one CPU, as on Binder, the two are the same). It reads a lean copy of the standard "
             "library's sources (`coursekit/setup/rust_src.py`: no x86 intrinsics, no library "
-            "workspace), which cut this by 3-6 s per framework.",
+            "workspace), which cut this by 3-6 s per framework. The last row is what `coursekit "
+            "check`, Validate and graded runs pay: their kernels set `EVCXR_LAZY_ANALYSIS` "
+            "(evcxr.patch), so the analyzer indexes nothing until a cell has a variable whose type "
+            "it must infer, and a test, run inside the harness's closure, has none.",
             "",
         ]
     if loop:
@@ -833,11 +850,14 @@ def write_results(
             "Warm caches; seconds from the command's start (`check`: the median of "
             f"{CHECK_RUNS} runs) or from the save (`watch`) "
             "to the first test's verdict line and to the score line. `check` starts a fresh "
-            "kernel, which loads the notebook's crates (evcxr's analyzer indexes them: the "
-            "start-up profile above). After each verdict `watch` starts the next check's kernel, "
-            "which loads them while the learner edits; here the solved notebook is saved "
-            f"{EDIT_S} s after the first verdicts, and its check runs in that kernel. Goals: ≤ 15 s "
-            "for a framework exercise's check, the first verdict within that.",
+            "kernel, which loads the notebook's crates (its analyzer indexes none of them: the "
+            "start-up profile's last row), runs the notebook's PyTorch cells and compiles each "
+            "cell: most of Burn's time is compiling its cells (cargo was running for two thirds of "
+            "a check, 2026-12-07). After each verdict `watch` "
+            "starts the next check's kernel, which loads the crates while the learner edits; "
+            f"here the solved notebook is saved {EDIT_S} s after the first verdicts, and its check "
+            "runs in that kernel. Goals: ≤ 15 s for a framework exercise's check, the first "
+            "verdict within that.",
             "",
         ]
     lines += [
@@ -957,8 +977,10 @@ def write_results(
                 if (parts := r.get("pss_peak_parts"))
             ),
             "",
-            "Each evcxr holds its own rust-analyzer's index of the framework's crate graph and "
-            "the standard library: nothing of it is shared between two kernels.",
+            "A lesson's evcxr holds its own rust-analyzer's index of the framework's crate graph "
+            "and the standard library: nothing of it is shared between two kernels. A check's "
+            "evcxr holds none: its kernel sets `EVCXR_LAZY_ANALYSIS` (coursekit/setup/evcxr.patch), "
+            "and the tests, run inside the harness's closure, give the analyzer no type to infer.",
         ]
     if image:
         lines += [

@@ -520,21 +520,29 @@ def test_a_checks_kernel_is_what_the_system_stops_first_when_memory_runs_out(fir
         session.close()
 
 
-def test_a_checks_kernel_indexes_crates_only_for_a_type_to_infer():
+def test_a_checks_kernel_indexes_crates_only_for_a_type_to_infer(tmp_path):
     """A check's kernel (check, Validate, grading) tells evcxr EVCXR_LAZY_ANALYSIS
     (evcxr.patch): its rust-analyzer loads no crate graph, not even the standard library's,
-    while the cells' variables declare their types, as the harness's tests do; the first
-    variable whose type must be inferred loads it. Variables persist either way. A learner's
-    kernel indexes at once (the first cell's variable needs it anyway)."""
-    from coursekit.kernel.session import OOM_FIRST
+    while the cells' variables declare their types, as the harness's tests do, and its
+    warm-up (`watch` starts one ahead) only loads the crates; the first variable whose type
+    must be inferred loads the graph. Variables persist either way. A learner's kernel
+    indexes at once (the first cell's variable needs it anyway)."""
+    import nbformat
+
+    from coursekit.kernel.session import OOM_FIRST, WARM_UP
 
     def evcxr_mib(session) -> int:
         kernel = psutil.Process(session.km.provisioner.pid)
         evcxr = [p for p in kernel.children(recursive=True) if p.name() == "evcxr_jupyter"]
         return max(p.memory_info().rss for p in evcxr) >> 20
 
-    check, learner = KernelSession(env={OOM_FIRST: "1"}), KernelSession()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(':dep anyhow = "=1.0.105"')])
+    nbformat.write(nb, tmp_path / "exercise.ipynb")
+    check = KernelSession(env={OOM_FIRST: "1", WARM_UP: str(tmp_path / "exercise.ipynb")})
+    learner = KernelSession()
     try:
+        check.stdout("%%python\nget_ipython().kernel.warmed.result(timeout=600)")
+        assert check.stdout('println!("{}", anyhow::anyhow!("loaded"));') == "loaded\n"
         for session in (check, learner):
             assert session.run("let declared: Vec<i32> = vec![1, 2];").ok
             assert session.stdout('println!("{}", declared.len());') == "2\n"

@@ -230,6 +230,22 @@ def test_test_cells_use_only_what_a_student_cannot_replace(path):
         assert all(not re.search(r"^let ", c.source, re.M) for c in helpers), "helpers hold items only"
 
 
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_check_has_no_variable_type_to_infer(path):
+    """A check's kernel indexes no crates until a variable's type must be inferred
+    (EVCXR_LAZY_ANALYSIS, evcxr.patch): the notebook's own Rust cells that run outside the
+    harness (setup and answer cells; the tests run inside its closure) declare the type of
+    each variable they keep, `let name: Type = ...`, so a check of the solution never pays
+    for the index."""
+    from coursekit.grading.harness import is_test, nbgrader_meta
+
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "code" or is_test(cell) or _is_python(cell):
+            continue
+        untyped = re.findall(r"^let\s+(?!(?:mut\s+)?\w+\s*:[^=])(.*)", cell.source, re.M)
+        assert not untyped, f"{nbgrader_meta(cell).get('grade_id')}: give `let {untyped[0]}` its type"
+
+
 NOTEBOOK_CODE = [p for p in NOTEBOOKS if "exercises" not in p.parts]
 
 

@@ -45,6 +45,7 @@ COMPILING_AFTER_S = 5.0
 
 # Graded runs (coursekit grade and check) set these: see _harden and do_execute.
 GRADED = os.environ.get("COURSEKIT_GRADED") == "1"
+LAZY_ANALYSIS = "EVCXR_LAZY_ANALYSIS"  # evcxr.patch: "1", its analyzer indexes only when it must
 ALLOWED_PYTHON = set(filter(None, os.environ.get("COURSEKIT_PYTHON_CELLS", "").split(",")))
 
 
@@ -93,10 +94,13 @@ class RustPyTorchKernel(IPythonKernel):
         cell's `:dep` lines are run in evcxr now, silently, and a variable is defined and
         dropped so that evcxr's analyzer indexes the crates too; when the learner runs that
         cell, evcxr finds it all done. Only `:dep` lines are run, never the learner's code.
+        A check's kernel defines no variable: its analyzer is to index nothing (main()).
         """
         self.warmed = None
         deps = [line for line in first_cell.splitlines() if line.startswith(":dep ")]
-        if deps:
+        if deps and os.environ.get(LAZY_ANALYSIS) == "1":
+            self.warmed = self.rust.submit(self.rust.execute, "\n".join(deps), lambda *_: None, True)
+        elif deps:
             code = "\n".join(deps) + "\nlet coursekit_warm_up = String::new();"
             self.rust.submit(self.rust.execute, code, lambda *_: None, True)
             self.warmed = self.rust.submit(
@@ -366,7 +370,7 @@ def main():
         # Its cells declare their variables' types (tests run inside the harness's closure):
         # evcxr's rust-analyzer then never indexes the crates, which costs a framework's
         # kernel seconds and hundreds of MiB (evcxr.patch; bench/results.md).
-        os.environ["EVCXR_LAZY_ANALYSIS"] = "1"
+        os.environ[LAZY_ANALYSIS] = "1"
     app = IPKernelApp.instance(kernel_class=RustPyTorchKernel)
     app.initialize()
     if GRADED:

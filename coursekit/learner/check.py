@@ -16,7 +16,7 @@ from ..setup import slots
 from . import exercises, memory, progress
 
 CHECK_CELL_TIMEOUT_S = 900
-AHEAD_NEEDS = 2 << 30  # bytes free for `watch` to hold a kernel between checks (Burn's: 1.5 GiB)
+AHEAD_NEEDS = 512 << 20  # bytes free for `watch` to hold a kernel between checks (Burn's: 80 MiB)
 TEMPLATES = slots.cache_dir() / "check-templates"  # released notebooks, kept between checks
 OUT_OF_MEMORY = (
     "Memory ran out during the check, and the system stopped the check's kernel (your open "
@@ -135,7 +135,7 @@ def watch(notebook: Path, hints: bool = False, color: bool = True, interval: flo
     """`coursekit watch`: check again each time the notebook is saved with changed code, like
     `rustlings watch`; after the first check, only the tasks whose verdict or report changed.
     After each verdict the next check's kernel starts and loads the notebook's crates while the
-    learner edits, so that check skips a fresh kernel's start (14-24 s with a framework). That
+    learner edits, so that check skips a fresh kernel's start (3-6 s with a framework). That
     kernel holds memory meanwhile: it starts only where AHEAD_NEEDS is free (on Binder, not
     beside the notebook's own kernel). A check right after another (as `check` itself) gains
     nothing from it: started together, the two only compete for the CPU (measured)."""
