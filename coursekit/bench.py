@@ -251,10 +251,11 @@ def _startup(fw: str, env: dict | None = None, block: bool = False) -> dict:
 
     watcher = threading.Thread(target=run, daemon=True)
     watcher.start()
+    smoke = pins.frameworks()[fw]["smoke"]
     try:
         for label, code in (
             (":dep cell", "\n".join(pins.dep_lines(fw))),
-            ("first cell", "{%s}" % pins.frameworks()[fw]["smoke"] if block else pins.frameworks()[fw]["smoke"]),
+            ("first cell", f"{{{smoke}}}" if block else smoke),
         ):
             sampler.seconds = {}
             t = time.monotonic()
