@@ -136,9 +136,10 @@ def watch(notebook: Path, hints: bool = False, color: bool = True, interval: flo
     `rustlings watch`; after the first check, only the tasks whose verdict or report changed.
     After each verdict the next check's kernel starts and loads the notebook's crates while the
     learner edits, so that check skips a fresh kernel's start (3-6 s with a framework). That
-    kernel holds memory meanwhile: it starts only where AHEAD_NEEDS is free (on Binder, not
-    beside the notebook's own kernel). A check right after another (as `check` itself) gains
-    nothing from it: started together, the two only compete for the CPU (measured)."""
+    kernel holds a little memory meanwhile (its analyzer indexes nothing, PyTorch is imported
+    when the check runs): it starts only where AHEAD_NEEDS is free. A check right after
+    another (as `check` itself) gains nothing from it: started together, the two only compete
+    for the CPU (measured)."""
     tasks = exercise_tasks(notebook)
     if not tasks:
         return 2
