@@ -60,9 +60,10 @@ def test_check_then_progress_next_and_solution(tmp_path):
     assert "hint: " not in unsolved.stdout, "a hint only when asked"
     assert "`coursekit hint 01_rust/scale` gives a hint" in unsolved.stdout
     assert "0/4 tasks pass" in unsolved.stdout
-    # while it runs, a line when the kernel has started and one per test, before the verdicts
+    # while it runs, a line when the kernel (started ahead, as nbgrader starts) is ready and
+    # one per test, before the verdicts
     running = unsolved.stdout.split("FAIL scale")[0]
-    assert re.search(r"\[ *\d+ s\] kernel started", running), unsolved.stdout
+    assert re.search(r"\[ *\d+ s\] kernel ready", running), unsolved.stdout
     assert sorted(os.listdir(work)) == [NOTEBOOK], "the cells ran in a private directory"
     assert re.search(r"\[ *\d+ s\] test_scale failed", running), unsolved.stdout
     scale = exercises.find("01_rust/scale")

@@ -573,9 +573,13 @@ def _watched(
             told = len(lines)
 
     def watch():
-        while not stop.wait(0.5):
+        ticks = 0
+        while not stop.wait(0.1):  # progress lines at once; the limits twice a second
             if progress is not None:
                 tell()
+            ticks += 1
+            if ticks % 5:
+                continue
             if sum(slots.size(job.root / d) for d in ("run", "slot")) > settings.limits.disk_bytes:
                 killed.append(f"the job wrote more than {settings.limits.disk_bytes >> 20} MiB to disk")
             elif stop_when is not None and (reason := stop_when()):

@@ -31,7 +31,7 @@ from pathlib import Path
 from nbclient.exceptions import DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Integer
+from traitlets import Integer, default
 
 from ..kernel.outputs import FORGED, UNAVAILABLE, UNAVAILABLE_NAME
 from ..kernel.session import KERNEL_TRIES, OOM_FIRST, attach, start_retrying
@@ -102,6 +102,10 @@ class GradedExecute(Execute):
     ).tag(config=True)
     max_restarts = Integer(6, help="fresh kernels after crashes, at most").tag(config=True)
     max_cell_output = Integer(256 * 1024, help="bytes of output kept per cell").tag(config=True)
+
+    @default("shutdown_kernel")
+    def _kill_when_done(self):  # its cells are done: waiting for it to exit cost a check 0.9 s
+        return "immediate"
 
     def preprocess(self, nb, resources=None, km=None):
         from nbclient import NotebookClient

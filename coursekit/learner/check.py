@@ -32,7 +32,12 @@ def check(notebook: Path, hints: bool = False, color: bool = True) -> int:
     tasks = exercise_tasks(notebook)
     if not tasks:
         return 2
-    lines, results, summary = verdicts(notebook, tasks, hints, color)
+    ahead = start_ahead(notebook)  # it loads the notebook's crates while nbgrader starts
+    try:
+        lines, results, summary = verdicts(notebook, tasks, hints, color, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
     print("\n".join(lines + [text for _, text in results.values()] + [summary]))
     if not results:  # not checked: memory ran out
         return 3
@@ -131,15 +136,23 @@ def kernel_ahead(notebook: Path) -> KernelAhead:
     return KernelAhead(notebook, kernel_env(released))
 
 
+def start_ahead(notebook: Path) -> KernelAhead | None:
+    """`kernel_ahead(notebook)`, or None (and why) where it could not start: the check then
+    starts its own kernel."""
+    try:
+        return kernel_ahead(notebook)
+    except (OSError, RuntimeError) as exc:
+        print(f"  (the check's kernel could not be started ahead: {exc})")
+        return None
+
+
 def watch(notebook: Path, hints: bool = False, color: bool = True, interval: float = 1.0, rounds=None) -> int:
     """`coursekit watch`: check again each time the notebook is saved with changed code, like
     `rustlings watch`; after the first check, only the tasks whose verdict or report changed.
     After each verdict the next check's kernel starts and loads the notebook's crates while the
     learner edits, so that check skips a fresh kernel's start (3-6 s with a framework). That
     kernel holds a little memory meanwhile (its analyzer indexes nothing, PyTorch is imported
-    when the check runs): it starts only where AHEAD_NEEDS is free. A check right after
-    another (as `check` itself) gains nothing from it: started together, the two only compete
-    for the CPU (measured)."""
+    when the check runs): it starts only where AHEAD_NEEDS is free."""
     tasks = exercise_tasks(notebook)
     if not tasks:
         return 2
@@ -171,10 +184,7 @@ def watch(notebook: Path, hints: bool = False, color: bool = True, interval: flo
             if memory.free() < AHEAD_NEEDS:
                 print("  (too little memory free to prepare the next check: it will start a fresh kernel)")
                 continue
-            try:
-                ahead = kernel_ahead(notebook)
-            except (OSError, RuntimeError) as exc:  # the next check starts its own kernel
-                print(f"  (the next check's kernel could not be started ahead: {exc})")
+            ahead = start_ahead(notebook)
     except KeyboardInterrupt:
         pass
     finally:
