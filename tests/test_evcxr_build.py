@@ -108,6 +108,8 @@ def test_the_sources_built_are_crates_io_s_with_the_course_s_patch(machine, tmp_
     assert "pub(crate) fn declared_variables(" in analyzer
     context = (tmp_path / "src" / f"evcxr-{version}" / "src" / "eval_context.rs").read_text()
     assert 'std::env::var_os("EVCXR_LAZY_ANALYSIS")' in context
+    module = (tmp_path / "src" / f"evcxr-{version}" / "src" / "module.rs").read_text()
+    assert "fn record_replay()" in module and "let inputs = replay_inputs(&command, config);" in module
     lock = jupyter.joinpath("Cargo.lock").read_text()
     evcxr = lock[lock.index('name = "evcxr"\n') :].split("[[package]]")[0]
     assert "source =" not in evcxr and "checksum" not in evcxr, "evcxr must be the patched path crate"

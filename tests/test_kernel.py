@@ -554,3 +554,24 @@ def test_a_checks_kernel_indexes_crates_only_for_a_type_to_infer(tmp_path):
     finally:
         check.close()
         learner.close()
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["rustc replayed", "EVCXR_RUSTC_REPLAY=0"])
+def test_a_cell_is_compiled_without_cargo_while_the_crates_stay_the_same(tmp_path, replay):
+    """evcxr.patch: after cargo's build, a cell is compiled by the rustc command cargo ran
+    (cargo would spend 0.1-0.2 s on each cell finding a framework's crates fresh); a `:dep`
+    goes through cargo again. Seen by breaking cargo's configuration after the first cell,
+    in a build-directory pool of the test's own."""
+    pool = tmp_path / "pool"
+    env = {"COURSEKIT_POOL": str(pool), **({} if replay else {"EVCXR_RUSTC_REPLAY": "0"})}
+    with KernelSession(env=env) as session:
+        assert session.stdout('let a = 20; println!("{a}");') == "20\n"
+        (pool / ".cargo" / "config.toml").write_text("this is [not toml\n")
+        ran = session.run('println!("{}", a + 1);')
+        assert ran.ok == replay, ran.outputs
+        if replay:
+            assert ran.stream() == "21\n"
+            compile_error = session.run('let b: i32 = "text";')
+            assert "mismatched types" in str(errors(compile_error.outputs)), compile_error.outputs
+        ran = session.run(':dep itoa = "=1.0.15"')  # a new manifest: cargo, which fails now
+        assert not ran.ok and "config" in str(ran.outputs), ran.outputs
