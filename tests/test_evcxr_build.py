@@ -110,6 +110,9 @@ def test_the_sources_built_are_crates_io_s_with_the_course_s_patch(machine, tmp_
     assert 'std::env::var_os("EVCXR_LAZY_ANALYSIS")' in context
     module = (tmp_path / "src" / f"evcxr-{version}" / "src" / "module.rs").read_text()
     assert "fn record_replay()" in module and "let inputs = replay_inputs(&command, config);" in module
+    assert "self.priming = Some(std::thread::spawn(" in analyzer and 'v == "background"' in context
+    metadata = (tmp_path / "src" / f"evcxr-{version}" / "src" / "cargo_metadata.rs").read_text()
+    assert "pub(crate) fn is_known_valid(" in metadata and "is_known_valid(dep, dep_config)" in context
     lock = jupyter.joinpath("Cargo.lock").read_text()
     evcxr = lock[lock.index('name = "evcxr"\n') :].split("[[package]]")[0]
     assert "source =" not in evcxr and "checksum" not in evcxr, "evcxr must be the patched path crate"
@@ -184,3 +187,20 @@ def test_a_patch_of_two_files_ends_each_hunk_where_its_header_says(tmp_path):
     two.write_text("fn c() {}\n")
     with pytest.raises(evcxr_build.BuildError, match="src/two.rs: a hunk is shorter than its header says"):
         evcxr_build._apply(patch.replace("@@ -1 +1 @@", "@@ -1,2 +1,2 @@"), tmp_path)
+
+
+def test_every_pinned_dep_line_and_the_prelude_are_listed_as_valid(tmp_path, monkeypatch):
+    """The file the course kernel names in EVCXR_VALID_DEPS (evcxr then skips its own check of
+    those `:dep` lines) holds exactly init.evcxr's prelude line and the pinned ones, which the
+    notebooks use as they are (tests/test_structure.py), in evcxr's `name = config` form."""
+    from coursekit.kernel.evcxr_child import VALID_DEPS
+    from coursekit.setup import install
+
+    monkeypatch.setattr(install, "share_dir", lambda: tmp_path)
+    install.write_evcxr_config()
+    config = install.evcxr_config_dir(True)
+    listed = (config / VALID_DEPS).read_text().splitlines()
+    init = [line for line in (config / "init.evcxr").read_text().splitlines() if line.startswith(":dep ")]
+    pinned = [line for name in pins.crates() for line in pins.dep_lines(name)]
+    assert [f":dep {line}" for line in listed] == init + pinned
+    assert not (install.evcxr_config_dir(False) / VALID_DEPS).exists(), "the plain kernel checks every :dep"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
 import signal
 import subprocess
@@ -575,3 +576,45 @@ def test_a_cell_is_compiled_without_cargo_while_the_crates_stay_the_same(tmp_pat
             assert "mismatched types" in str(errors(compile_error.outputs)), compile_error.outputs
         ran = session.run(':dep itoa = "=1.0.15"')  # a new manifest: cargo, which fails now
         assert not ran.ok and "config" in str(ran.outputs), ran.outputs
+
+
+def _indexing(session) -> bool:
+    """Whether the kernel's evcxr has rust-analyzer's indexing threads running."""
+    kernel = psutil.Process(session.km.provisioner.pid)
+    names = []
+    for evcxr in (p for p in kernel.children() if p.name() == "evcxr_jupyter"):
+        for thread in evcxr.threads():
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                names.append(Path(f"/proc/{evcxr.pid}/task/{thread.id}/comm").read_text())
+    return any(name.startswith("PrimeCaches") for name in names)
+
+
+def test_a_learners_kernel_indexes_a_new_crate_graph_while_its_cells_go_on():
+    """evcxr.patch: in a learner's kernel (EVCXR_LAZY_ANALYSIS=background) the `:dep` cell
+    returns while rust-analyzer still indexes the crates it brought (Burn's take seconds), and
+    the next cell whose variable's type must be inferred waits for the index and gets it."""
+    from coursekit import pins
+
+    with KernelSession() as session:
+        assert session.run("\n".join(pins.dep_lines("burn"))).ok
+        assert _indexing(session), "the :dep cell waited for rust-analyzer to index the crates"
+        tensor = "burn::tensor::Tensor::<burn::backend::NdArray, 1>"
+        ran = session.run(f"let t = {tensor}::from_floats([1.0, 2.0], &Default::default());")
+        assert ran.ok, ran.outputs
+        assert not _indexing(session)
+        assert session.stdout('println!("{}", t.sum().into_scalar());') == "3\n"
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["listed", "not listed"])
+def test_a_dependency_listed_as_valid_is_not_checked_again(tmp_path, listed):
+    """evcxr.patch: a `:dep` line that the file EVCXR_VALID_DEPS lists (the course's pinned
+    ones: set-up writes it, the course kernel names it) skips evcxr's own check of it, a `cargo
+    metadata` of a manifest made for it alone (0.7 s for Burn's). Seen with a line that is not
+    valid: its error then comes from the build of the cells' crate (`ctx`), not from that check."""
+    valid = tmp_path / "valid-deps"
+    valid.write_text('ghost = { path = "/nonexistent/ghost" }\n' if listed else "")
+    with KernelSession(env={"EVCXR_VALID_DEPS": str(valid)}) as session:
+        ran = session.run(':dep ghost = { path = "/nonexistent/ghost" }')
+    said = str(ran.outputs) + str(ran.reply)
+    assert not ran.ok and "ghost" in said, said
+    assert ("ctx v1.0.0" in said) == listed, said

@@ -31,6 +31,7 @@ LIVENESS_CHECK_MS = 100  # while nothing arrives, check this often that evcxr is
 SETTLE_LIMIT_S = 10  # the longest wait, after the cell's reply, for a line it printed
 INTERRUPT_GRACE_S = 1.5  # after this, an interrupt that evcxr did not honour restarts it
 STARTUP_TIMEOUT_S = 600  # evcxr compiles the prelude crate at its first start in a build directory
+VALID_DEPS = "valid-deps"  # beside init.evcxr: the pinned `:dep` lines (EVCXR_VALID_DEPS, evcxr.patch)
 
 
 class ChildRestarted(Exception):

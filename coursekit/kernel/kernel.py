@@ -26,7 +26,7 @@ from .. import pins
 from ..content.notebooks import LANGUAGE_INFO, split_python
 from ..learner import memory
 from . import values
-from .evcxr_child import ChildRestarted, EvcxrChild
+from .evcxr_child import VALID_DEPS, ChildRestarted, EvcxrChild
 from .outputs import LOST, UNAVAILABLE, UNAVAILABLE_NAME, CellOutputs, error_output
 from .session import OOM_FIRST, WARM_UP
 
@@ -45,7 +45,7 @@ COMPILING_AFTER_S = 5.0
 
 # Graded runs (coursekit grade and check) set these: see _harden and do_execute.
 GRADED = os.environ.get("COURSEKIT_GRADED") == "1"
-LAZY_ANALYSIS = "EVCXR_LAZY_ANALYSIS"  # evcxr.patch: "1", its analyzer indexes only when it must
+LAZY_ANALYSIS = "EVCXR_LAZY_ANALYSIS"  # evcxr.patch: "1" indexes only when it must, "background" at once
 ALLOWED_PYTHON = set(filter(None, os.environ.get("COURSEKIT_PYTHON_CELLS", "").split(",")))
 
 
@@ -371,6 +371,12 @@ def main():
         # evcxr's rust-analyzer then never indexes the crates, which costs a framework's
         # kernel seconds and hundreds of MiB (evcxr.patch; bench/results.md).
         os.environ[LAZY_ANALYSIS] = "1"
+    else:  # a learner's: a new crate graph is indexed in the background, while cells run
+        os.environ.setdefault(LAZY_ANALYSIS, "background")
+    # the course's pinned `:dep` lines (set-up writes them beside evcxr's init file): evcxr need
+    # not check each with a `cargo metadata` of its own (evcxr.patch)
+    listed = os.path.join(os.environ.get("EVCXR_CONFIG_DIR", ""), VALID_DEPS)
+    os.environ.setdefault("EVCXR_VALID_DEPS", listed)
     app = IPKernelApp.instance(kernel_class=RustPyTorchKernel)
     app.initialize()
     if GRADED:

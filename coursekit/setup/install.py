@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import pins
-from ..kernel.evcxr_child import evcxr_argv, kernels_dir
+from ..kernel.evcxr_child import VALID_DEPS, evcxr_argv, kernels_dir
 from . import evcxr_build, rust_src
 
 # Debian packages by purpose: a learner needs none (`make lab`); the test suite and an
@@ -137,8 +137,12 @@ def write_evcxr_config() -> None:
         d = evcxr_config_dir(prelude)
         d.mkdir(parents=True, exist_ok=True)
         if prelude:
-            (d / "init.evcxr").write_text(init + f':dep coursekit_prelude = {{ path = "{prelude_crate}" }}\n')
+            prelude_dep = f'coursekit_prelude = {{ path = "{prelude_crate}" }}'
+            (d / "init.evcxr").write_text(init + f":dep {prelude_dep}\n")
             shutil.copyfile(pins.PACKAGE / "kernel" / "prelude.rs", d / "prelude.rs")
+            # what evcxr need not check with a `cargo metadata` of its own (evcxr.patch)
+            pinned = [line.removeprefix(":dep ") for name in pins.crates() for line in pins.dep_lines(name)]
+            (d / VALID_DEPS).write_text("\n".join([prelude_dep, *pinned]) + "\n")
         else:
             (d / "init.evcxr").write_text(init)
 
