@@ -213,7 +213,14 @@ class _Sampler:
         self.seconds[what] = self.seconds.get(what, 0.0) + dt
 
 
-UNPRIMED = "kernel start to first result, without the course's evcxr patch (one crate at a time)"
+UNPRIMED = "kernel start to first result, without the course's evcxr patch"
+# each change of evcxr.patch switched off: evcxr as released, but for the lean standard library
+RELEASED = {
+    "EVCXR_PRIME_THREADS": "0",
+    "EVCXR_LAZY_ANALYSIS": "0",
+    "EVCXR_RUSTC_REPLAY": "0",
+    "EVCXR_VALID_DEPS": "",
+}
 
 
 CHECKS = "kernel start to first result, in a check's kernel (the cell in a block, as a test runs)"
@@ -227,7 +234,7 @@ def bench_startup(fw: str) -> dict:
     from .kernel.session import OOM_FIRST
 
     phases = _startup(fw)
-    phases[UNPRIMED] = _startup(fw, {"EVCXR_PRIME_THREADS": "0"})["kernel start to first result"]
+    phases[UNPRIMED] = _startup(fw, RELEASED)["kernel start to first result"]
     phases[CHECKS] = _startup(fw, {OOM_FIRST: "1"}, block=True)["kernel start to first result"]
     return phases
 
@@ -823,15 +830,19 @@ def write_results(
             "cell). Goal: ≤ 10 s from kernel start to the first result. What bounds it is evcxr "
             "alone: its analyzer parses the sources of the framework's whole crate graph "
             "and indexes it once per kernel, and keeps nothing between kernels. The course's "
-            "evcxr indexes a new crate graph on all cores at once, in the `:dep` cell "
-            "(`coursekit/setup/evcxr.patch`; the next-to-last row is the same kernel with that "
-            "switched off, as evcxr 0.22 does it: one crate at a time, inside the first queries; "
-            "on one CPU, as on Binder, the two are the same). It reads a lean copy of the standard "
-            "library's sources (`coursekit/setup/rust_src.py`: no x86 intrinsics, no library "
-            "workspace), which cut this by 3-6 s per framework. The last row is what `coursekit "
-            "check`, Validate and graded runs pay: their kernels set `EVCXR_LAZY_ANALYSIS` "
-            "(evcxr.patch), so the analyzer indexes nothing until a cell has a variable whose type "
-            "it must infer, and a test, run inside the harness's closure, has none.",
+            "evcxr (`coursekit/setup/evcxr.patch`) indexes a new crate graph on all cores at once "
+            "and in the background: the `:dep` cell returns while it indexes, and the first cell "
+            "waits only for what is left. It checks no pinned `:dep` line with a `cargo "
+            "metadata` of its own, and while the crates stay the same it compiles a cell with the "
+            "rustc command cargo last ran instead of running cargo. The next-to-last row is the "
+            "same kernel with all of that switched off, as evcxr 0.22 does it (one crate at a "
+            "time, inside the first queries; on one CPU, as on Binder, the indexing is the same). "
+            "It reads a lean copy of the standard library's sources (`coursekit/setup/rust_src.py`: "
+            "no x86 intrinsics, no library workspace), which cut this by 3-6 s per framework. The "
+            "last row is what `coursekit check`, Validate and graded runs pay: their kernels set "
+            "`EVCXR_LAZY_ANALYSIS=1` (evcxr.patch), so the analyzer indexes nothing until a cell "
+            "has a variable whose type it must infer, and a test, run inside the harness's "
+            "closure, has none.",
             "",
         ]
     if loop:
@@ -850,11 +861,12 @@ def write_results(
             "",
             "Warm caches; seconds from the command's start (`check`: the median of "
             f"{CHECK_RUNS} runs) or from the save (`watch`) "
-            "to the first test's verdict line and to the score line. `check` starts a fresh "
-            "kernel, which loads the notebook's crates (its analyzer indexes none of them: the "
-            "start-up profile's last row), runs the notebook's PyTorch cells and compiles each "
-            "cell: most of Burn's time is compiling its cells (cargo was running for two thirds of "
-            "a check, 2026-12-07). After each verdict `watch` "
+            "to the first test's verdict line and to the score line. `check` starts its kernel "
+            "before nbgrader, which it then runs in: the kernel loads the notebook's crates while "
+            "nbgrader starts (its analyzer indexes none of them: the start-up profile's last "
+            "row). The notebook's PyTorch cells run, and each Rust cell is compiled by rustc "
+            "alone, not by cargo (evcxr.patch): before those two changes, Burn's check took 17.7 "
+            "s (2026-12-07). After each verdict `watch` "
             "starts the next check's kernel, which loads the crates while the learner edits; "
             f"here the solved notebook is saved {EDIT_S} s after the first verdicts, and its check "
             "runs in that kernel. Goals: ≤ 15 s for a framework exercise's check, the first "
