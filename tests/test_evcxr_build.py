@@ -104,7 +104,7 @@ def test_the_sources_built_are_crates_io_s_with_the_course_s_patch(machine, tmp_
     jupyter = evcxr_build._sources(tmp_path / "src")
     version = pins.evcxr_version()
     analyzer = (tmp_path / "src" / f"evcxr-{version}" / "src" / "rust_analyzer.rs").read_text()
-    assert "fn prime_caches(&self)" in analyzer and "self.prime_caches();" in analyzer
+    assert "fn prime_caches(&mut self)" in analyzer and "self.prime_caches();" in analyzer
     assert "pub(crate) fn declared_variables(" in analyzer
     context = (tmp_path / "src" / f"evcxr-{version}" / "src" / "eval_context.rs").read_text()
     assert 'std::env::var_os("EVCXR_LAZY_ANALYSIS")' in context
